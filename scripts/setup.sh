@@ -1,0 +1,41 @@
+#!/usr/bin/env bash
+# Sets fedray up if needed: a project virtual environment in .venv with pinned CPU packages, and
+# Fashion-MNIST from Debian's dataset-fashion-mnist package (or FEDRAY_DATA_ROOT). Idempotent: a
+# second call with nothing changed returns in about a second.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+PYTHON=${PYTHON:-python3}
+"$PYTHON" -c 'import sys; sys.exit(sys.version_info < (3, 10))' || {
+    echo "fedray needs Python >= 3.10; $PYTHON is $("$PYTHON" --version 2>&1)" >&2; exit 1; }
+
+stamp_of() { cat pyproject.toml scripts/constraints-cpu.txt | sha256sum | cut -c1-16; echo "${FEDRAY_NO_PIN:-}"; }
+if [ ! -x .venv/bin/python ]; then
+    echo "setup: creating .venv" >&2
+    "$PYTHON" -m venv .venv
+fi
+if [ "$(cat .venv/.fedray-stamp 2>/dev/null)" != "$(stamp_of)" ]; then
+    echo "setup: installing packages into .venv (about a minute on a fresh machine)" >&2
+    .venv/bin/python -m pip install -q --upgrade pip
+    if [ -n "${FEDRAY_NO_PIN:-}" ]; then
+        .venv/bin/python -m pip install -q -e '.[test]'
+    else
+        .venv/bin/python -m pip install -q -c scripts/constraints-cpu.txt -e '.[test]'
+    fi
+    stamp_of > .venv/.fedray-stamp
+fi
+
+root=${FEDRAY_DATA_ROOT:-/usr/share/datasets}
+if [ ! -f "$root/fashion-mnist/train-images-idx3-ubyte.gz" ] && [ ! -f "$root/fashion-mnist/train-images-idx3-ubyte" ]; then
+    if [ -n "${FEDRAY_DATA_ROOT:-}" ]; then
+        echo "setup: Fashion-MNIST not found in $root/fashion-mnist (FEDRAY_DATA_ROOT): put the four idx files there" >&2
+        exit 1
+    fi
+    echo "setup: installing Debian's dataset-fashion-mnist package" >&2
+    SUDO=""; [ "$(id -u)" = 0 ] || SUDO="sudo"
+    if ! $SUDO apt-get install -y -q dataset-fashion-mnist >/dev/null 2>&1; then
+        $SUDO apt-get update -q >/dev/null && $SUDO apt-get install -y -q dataset-fashion-mnist >/dev/null || {
+            echo "setup: could not install dataset-fashion-mnist; install it, or set FEDRAY_DATA_ROOT to a folder holding fashion-mnist/*.gz" >&2
+            exit 1; }
+    fi
+fi
