@@ -1,0 +1,221 @@
+"""Small models of the federated-learning literature.
+
+- ``logreg``: multinomial logistic regression (used on MNIST in Sattler et al., 2019).
+- ``mlp``: the 2NN of McMahan et al., "Communication-Efficient Learning of Deep
+  Networks from Decentralized Data", AISTATS 2017 (two hidden layers of 200).
+- ``lenet5``: LeNet5-Caffe, the Caffe variant of LeCun et al., "Gradient-Based
+  Learning Applied to Document Recognition", 1998; used in Sattler, "Communication-
+  Efficient Federated and Distributed Learning", PhD thesis, TU Berlin, 2021, ch. 3.
+- ``cnn``: the 2-conv CNN of McMahan et al., 2017.
+- ``vgg11s``: VGG11* of Sattler et al., "Robust and Communication-Efficient
+  Federated Learning from Non-IID Data", IEEE TNNLS 2019 (thesis §4.3).
+- ``lstm``: the 2x128 many-to-one LSTM of the same paper (thesis §4.3).
+
+Small inputs: ``lenet5`` switches both convolutions to padding 2 when a valid
+(unpadded) chain would not fit, i.e. when min(H, W) < 16; ``vgg11s`` pools with
+``ceil_mode=True`` (a 1x1 map stays 1x1, odd sizes round up) and ends with a global
+average pool to 1x1. At 28x28 and 32x32 the published layouts are unchanged.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+from torch import nn
+
+from fedray.models.base import FedModel, check_image, flat_dim
+
+_VGG11S_LAYOUT = (32, "M", 64, "M", 128, 128, "M", 128, 128, "M", 128, 128, "M")
+
+
+def _positive_ints(model: str, key: str, values: Sequence[int]) -> tuple[int, ...]:
+    """Returns ``values`` as a tuple, or raises ValueError if any is not a positive int."""
+    values = tuple(values)
+    if not all(isinstance(v, int) and not isinstance(v, bool) and v > 0 for v in values):
+        raise ValueError(f"model '{model}' needs {key} to be positive ints, got {values!r}")
+    return values
+
+
+class LogReg(FedModel):
+    """Multinomial logistic regression: flatten, then one linear layer.
+
+    The features are the flattened input, so ``feature_dim = prod(input_shape)``.
+
+    Args:
+        input_shape: Shape of one sample, any rank.
+        num_classes: Number of classes.
+    """
+
+    name = "logreg"
+
+    def __init__(self, input_shape: tuple[int, ...], num_classes: int):
+        super().__init__(input_shape, num_classes)
+        self.feature_dim = flat_dim(self.input_shape)
+        self.classifier = nn.Linear(self.feature_dim, num_classes)
+
+    def features(self, x: torch.Tensor) -> torch.Tensor:
+        return x.flatten(1)
+
+
+class MLP(FedModel):
+    """Fully connected net with ReLU hidden layers (the "2NN" of McMahan et al., 2017).
+
+    The features are the activations of the last hidden layer (the flattened
+    input if ``hidden`` is empty).
+
+    Args:
+        input_shape: Shape of one sample, any rank.
+        num_classes: Number of classes.
+        hidden: Widths of the hidden layers.
+    """
+
+    name = "mlp"
+
+    def __init__(self, input_shape: tuple[int, ...], num_classes: int, hidden: Sequence[int] = (200, 200)):
+        super().__init__(input_shape, num_classes)
+        widths = (flat_dim(self.input_shape), *_positive_ints(self.name, "hidden", hidden))
+        layers: list[nn.Module] = [nn.Flatten()]
+        for d_in, d_out in zip(widths, widths[1:]):
+            layers += [nn.Linear(d_in, d_out), nn.ReLU()]
+        self.body = nn.Sequential(*layers)
+        self.feature_dim = widths[-1]
+        self.classifier = nn.Linear(self.feature_dim, num_classes)
+
+    def features(self, x: torch.Tensor) -> torch.Tensor:
+        return self.body(x)
+
+
+def _lenet_side(n: int, pad: int) -> int:
+    """Side length after LeNet5's conv5-pool2-conv5-pool2 chain with the given padding."""
+    return ((n + 2 * pad - 4) // 2 + 2 * pad - 4) // 2
+
+
+class LeNet5(FedModel):
+    """LeNet5-Caffe: conv 20@5x5, pool, conv 50@5x5, pool, fc 500, ReLU, fc.
+
+    431,080 parameters on (1, 28, 28) with 10 classes. The convolutions are
+    unpadded as in Caffe; for inputs smaller than 16x16 they use padding 2, so
+    that inputs down to 4x4 work. The features are the 500 fc activations.
+
+    Args:
+        input_shape: Image shape (C, H, W) with H, W >= 4.
+        num_classes: Number of classes.
+    """
+
+    name = "lenet5"
+
+    def __init__(self, input_shape: tuple[int, ...], num_classes: int):
+        super().__init__(input_shape, num_classes)
+        c, h, w = check_image(self.name, self.input_shape, min_hw=4)
+        pad = 0 if min(h, w) >= 16 else 2
+        flat = 50 * _lenet_side(h, pad) * _lenet_side(w, pad)
+        self.body = nn.Sequential(
+            nn.Conv2d(c, 20, 5, padding=pad), nn.MaxPool2d(2),
+            nn.Conv2d(20, 50, 5, padding=pad), nn.MaxPool2d(2),
+            nn.Flatten(), nn.Linear(flat, 500), nn.ReLU(),
+        )  # fmt: skip
+        self.feature_dim = 500
+        self.classifier = nn.Linear(500, num_classes)
+
+    def features(self, x: torch.Tensor) -> torch.Tensor:
+        return self.body(x)
+
+
+class FedAvgCNN(FedModel):
+    """The CNN of McMahan et al., 2017: two 5x5 conv-ReLU-pool blocks (32, 64), fc 512, fc.
+
+    1,663,370 parameters on (1, 28, 28) with 10 classes; the flatten size is
+    ``64 * (H // 4) * (W // 4)``. The features are the 512 fc activations.
+
+    Args:
+        input_shape: Image shape (C, H, W) with H, W >= 4.
+        num_classes: Number of classes.
+    """
+
+    name = "cnn"
+
+    def __init__(self, input_shape: tuple[int, ...], num_classes: int):
+        super().__init__(input_shape, num_classes)
+        c, h, w = check_image(self.name, self.input_shape, min_hw=4)
+        self.body = nn.Sequential(
+            nn.Conv2d(c, 32, 5, padding=2), nn.ReLU(), nn.MaxPool2d(2),
+            nn.Conv2d(32, 64, 5, padding=2), nn.ReLU(), nn.MaxPool2d(2),
+            nn.Flatten(), nn.Linear(64 * (h // 4) * (w // 4), 512), nn.ReLU(),
+        )  # fmt: skip
+        self.feature_dim = 512
+        self.classifier = nn.Linear(512, num_classes)
+
+    def features(self, x: torch.Tensor) -> torch.Tensor:
+        return self.body(x)
+
+
+class VGG11s(FedModel):
+    """VGG11* (Sattler et al., 2019): VGG-A layout with widths 32-128, FC 128-128-128, no BN.
+
+    865,482 parameters on (3, 32, 32) with 10 classes. Max-pools use
+    ``ceil_mode=True`` and a global average pool precedes the FC stack, so every
+    input size gives a 128-d vector; both are no-ops at 32x32. The features are
+    the activations of the second 128-unit FC layer.
+
+    Args:
+        input_shape: Image shape (C, H, W), any H, W >= 1.
+        num_classes: Number of classes.
+    """
+
+    name = "vgg11s"
+
+    def __init__(self, input_shape: tuple[int, ...], num_classes: int):
+        super().__init__(input_shape, num_classes)
+        channels = check_image(self.name, self.input_shape)[0]
+        layers: list[nn.Module] = []
+        for item in _VGG11S_LAYOUT:
+            if item == "M":
+                layers.append(nn.MaxPool2d(2, ceil_mode=True))
+            else:
+                layers += [nn.Conv2d(channels, item, 3, padding=1), nn.ReLU()]
+                channels = item
+        layers += [nn.AdaptiveAvgPool2d(1), nn.Flatten()]
+        layers += [nn.Linear(128, 128), nn.ReLU(), nn.Linear(128, 128), nn.ReLU()]
+        self.body = nn.Sequential(*layers)
+        self.feature_dim = 128
+        self.classifier = nn.Linear(128, num_classes)
+
+    def features(self, x: torch.Tensor) -> torch.Tensor:
+        return self.body(x)
+
+
+class LSTMClassifier(FedModel):
+    """Many-to-one stacked LSTM (2x128 in Sattler et al., 2019) with a linear head.
+
+    An image (C, H, W) is read as H steps of C*W features (row by row), a
+    sequence (T, F) as T steps of F features, a flat (D,) vector as D steps of one
+    feature. The features are the top layer's last hidden state. 214,282
+    parameters on (1, 28, 28) with 10 classes.
+
+    Args:
+        input_shape: (D,), (T, F) or (C, H, W).
+        num_classes: Number of classes.
+        hidden_size: Hidden units per LSTM layer.
+        num_layers: Number of stacked LSTM layers.
+    """
+
+    name = "lstm"
+
+    def __init__(self, input_shape: tuple[int, ...], num_classes: int, hidden_size: int = 128, num_layers: int = 2):
+        super().__init__(input_shape, num_classes)
+        if len(self.input_shape) > 3:
+            raise ValueError(f"model 'lstm' needs an input of shape (D,), (T, F) or (C, H, W), got {self.input_shape}")
+        _positive_ints(self.name, "hidden_size and num_layers", (hidden_size, num_layers))
+        step_dim = {1: 1, 2: self.input_shape[-1], 3: self.input_shape[0] * self.input_shape[-1]}
+        self.lstm = nn.LSTM(step_dim[len(self.input_shape)], hidden_size, num_layers, batch_first=True)
+        self.feature_dim = hidden_size
+        self.classifier = nn.Linear(hidden_size, num_classes)
+
+    def features(self, x: torch.Tensor) -> torch.Tensor:
+        if x.dim() == 2:
+            x = x.unsqueeze(-1)
+        elif x.dim() == 4:
+            x = x.transpose(1, 2).flatten(2)
+        _, (h, _) = self.lstm(x)
+        return h[-1]
