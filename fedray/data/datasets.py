@@ -1,0 +1,154 @@
+"""The data-set registry: find, check and load a data set by name.
+
+Nothing is downloaded at run time. Image sets are read from files under a data root
+(:func:`default_data_root`), see :mod:`fedray.data.vision`; ``digits`` and ``iris`` ship with
+scikit-learn; ``synthetic`` (FedProx's Synthetic(alpha, beta)) is generated and comes with its
+natural client split.
+
+Example:
+    >>> check_dataset("fashion_mnist")          # cheap: only looks for the files
+    >>> bundle = load_dataset("fashion_mnist")  # 60000 x 1 x 28 x 28 float32, ...
+    >>> bundle = load_dataset("synthetic", alpha=0.5, beta=0.5, num_clients=30)
+"""
+
+from __future__ import annotations
+
+import inspect
+import os
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from types import MappingProxyType
+from typing import Any
+
+from fedray.data import synthetic, toy, vision
+from fedray.data.bundle import DatasetBundle, DatasetFormatError, DatasetNotFoundError
+
+__all__ = [
+    "DATASETS",
+    "DatasetBundle",
+    "DatasetFormatError",
+    "DatasetNotFoundError",
+    "DatasetSource",
+    "check_dataset",
+    "dataset_names",
+    "default_data_root",
+    "load_dataset",
+]
+
+DEFAULT_DATA_ROOT = "/usr/share/datasets"
+
+
+def default_data_root() -> str:
+    """The data root: environment variable ``FEDRAY_DATA_ROOT`` if set, else ``/usr/share/datasets``."""
+    return os.environ.get("FEDRAY_DATA_ROOT") or DEFAULT_DATA_ROOT
+
+
+@dataclass(frozen=True)
+class DatasetSource:
+    """How to check and load one registered data set.
+
+    Attributes:
+        load: ``load(root, **options) -> DatasetBundle``.
+        check: ``check(root, **options)``: cheap existence and option check, no loading.
+        description: One line for listings.
+    """
+
+    load: Callable[..., DatasetBundle]
+    check: Callable[..., None]
+    description: str
+
+    @property
+    def options(self) -> Mapping[str, Any]:
+        """The options ``load`` takes, with their defaults."""
+        params = list(inspect.signature(self.load).parameters.values())[1:]
+        return MappingProxyType({p.name: p.default for p in params})
+
+
+def _no_root(load: Callable[..., DatasetBundle]) -> Callable[..., DatasetBundle]:
+    """Adapts a loader that needs no files to the ``(root, **options)`` signature."""
+
+    def load_ignoring_root(root: str, **options: Any) -> DatasetBundle:
+        return load(**options)
+
+    load_ignoring_root.__signature__ = inspect.Signature(
+        [inspect.Parameter("root", inspect.Parameter.POSITIONAL_OR_KEYWORD)]
+        + list(inspect.signature(load).parameters.values())
+    )
+    return load_ignoring_root
+
+
+def _check_synthetic(root: str, **options: Any) -> None:
+    defaults = DATASETS["synthetic"].options
+    merged = {**defaults, **options}
+    synthetic.check_synthetic_options(*(merged[k] for k in ("alpha", "beta", "num_clients", "dim", "num_classes")))
+
+
+def _always_present(root: str, **options: Any) -> None:
+    """Check for data sets that ship with a package: nothing to look for."""
+
+
+DATASETS: Mapping[str, DatasetSource] = MappingProxyType({
+    "fashion_mnist": DatasetSource(vision.load_fashion_mnist, vision.check_fashion_mnist,
+                                   "Fashion-MNIST, 60000/10000 28x28 grey images, 10 classes (idx files)"),
+    "mnist": DatasetSource(vision.load_mnist, vision.check_mnist, "MNIST, 60000/10000 28x28 digits"),
+    "emnist": DatasetSource(vision.load_emnist, vision.check_emnist, "EMNIST (option split, default balanced)"),
+    "cifar10": DatasetSource(vision.load_cifar10, vision.check_cifar10, "CIFAR-10, 50000/10000 32x32 colour images"),
+    "cifar100": DatasetSource(vision.load_cifar100, vision.check_cifar100, "CIFAR-100, 100 fine classes"),
+    "svhn": DatasetSource(vision.load_svhn, vision.check_svhn, "SVHN, 73257/26032 32x32 house numbers"),
+    "stl10": DatasetSource(vision.load_stl10, vision.check_stl10, "STL-10, 96x96 (option split, e.g. unlabeled)"),
+    "digits": DatasetSource(_no_root(toy.load_digits_bundle), _always_present, "scikit-learn 8x8 digits (1797)"),
+    "iris": DatasetSource(_no_root(toy.load_iris_bundle), _always_present, "scikit-learn iris (150, 4 features)"),
+    "synthetic": DatasetSource(_no_root(synthetic.load_synthetic), _check_synthetic,
+                               "FedProx Synthetic(alpha, beta), generated, with a natural client split"),
+})  # fmt: skip
+
+
+def dataset_names() -> list[str]:
+    """Names of all registered data sets, sorted."""
+    return sorted(DATASETS)
+
+
+def _resolve(name: str, options: Mapping[str, Any]) -> DatasetSource:
+    """Looks ``name`` up and rejects unknown options, each with a one-line ValueError."""
+    if name not in DATASETS:
+        raise ValueError(f"unknown data set {name!r}; valid names: {', '.join(dataset_names())}")
+    source = DATASETS[name]
+    unknown = sorted(set(options) - set(source.options))
+    if unknown:
+        valid = ", ".join(source.options) or "none"
+        raise ValueError(f"unknown option {unknown[0]!r} for data set {name!r}; valid options: {valid}")
+    return source
+
+
+def check_dataset(name: str, root: str | None = None, **options: Any) -> None:
+    """Checks cheaply, without loading, that a data set can be loaded.
+
+    Args:
+        name: A registered name (see :func:`dataset_names`).
+        root: Data root; :func:`default_data_root` when ``None``.
+        **options: The data set's options (e.g. ``split="unlabeled"`` for ``stl10``).
+
+    Raises:
+        ValueError: Unknown name, unknown option or invalid option value (one line naming the valid ones).
+        DatasetNotFoundError: Files are missing (one line saying what to put where).
+    """
+    _resolve(name, options).check(root or default_data_root(), **options)
+
+
+def load_dataset(name: str, root: str | None = None, **options: Any) -> DatasetBundle:
+    """Loads a data set into memory.
+
+    Args:
+        name: A registered name (see :func:`dataset_names`).
+        root: Data root; :func:`default_data_root` when ``None``.
+        **options: The data set's options.
+
+    Returns:
+        The data set as a :class:`DatasetBundle`.
+
+    Raises:
+        ValueError: As :func:`check_dataset`.
+        DatasetNotFoundError: Files are missing.
+        DatasetFormatError: A file is corrupt or truncated.
+    """
+    return _resolve(name, options).load(root or default_data_root(), **options)

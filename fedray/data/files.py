@@ -1,0 +1,120 @@
+"""Finding a data set's files under the data root, and reading idx files (the MNIST family format).
+
+Every failure becomes a one-line error that says what was looked for where and what to put where.
+"""
+
+from __future__ import annotations
+
+import gzip
+import os
+import zlib
+from dataclasses import dataclass
+
+import numpy as np
+
+from fedray.data.bundle import DatasetFormatError, DatasetNotFoundError
+
+
+@dataclass(frozen=True)
+class FileLayout:
+    """Where a data set's files lie under the data root.
+
+    Attributes:
+        display: Human name, e.g. ``"CIFAR-10"``.
+        folders: Candidate folders relative to the root (``""`` is the root itself), tried in order;
+            all files must lie in one of them.
+        files: File names that must all exist.
+        advice: What to put where; ``{root}`` is replaced by the data root.
+        gz_ok: Accept ``name.gz`` in place of ``name``.
+    """
+
+    display: str
+    folders: tuple[str, ...]
+    files: tuple[str, ...]
+    advice: str
+    gz_ok: bool = False
+
+
+def _join(root: str, rel: str) -> str:
+    return os.path.join(root, rel) if rel else root
+
+
+def _find(folder: str, name: str, gz_ok: bool) -> str | None:
+    for candidate in (name, name + ".gz") if gz_ok else (name,):
+        path = os.path.join(folder, candidate)
+        if os.path.isfile(path):
+            return path
+    return None
+
+
+def _folder_report(folder: str, layout: FileLayout) -> str:
+    if not os.path.isdir(folder):
+        return f"{folder} (no such folder)"
+    missing = [name for name in layout.files if _find(folder, name, layout.gz_ok) is None]
+    return f"{folder} (missing {', '.join(missing)})"
+
+
+def locate(layout: FileLayout, root: str) -> dict[str, str]:
+    """Returns the path of every file of ``layout``, from the first folder that holds them all.
+
+    Args:
+        layout: What to look for.
+        root: The data root.
+
+    Returns:
+        A mapping from each name in ``layout.files`` to its path (possibly ending in ``.gz``).
+
+    Raises:
+        DatasetNotFoundError: No candidate folder holds all files; the one-line message names the
+            folders looked in, what is missing there, and what to put where.
+    """
+    for rel in layout.folders:
+        folder = _join(root, rel)
+        paths = {name: _find(folder, name, layout.gz_ok) for name in layout.files}
+        if all(paths.values()):
+            return paths
+    looked = "; ".join(_folder_report(_join(root, rel), layout) for rel in layout.folders)
+    raise DatasetNotFoundError(
+        f"{layout.display} not found under {root}: looked in {looked}; "
+        f"{layout.advice.format(root=root)}, or set data.root (or FEDRAY_DATA_ROOT) to the folder that holds it"
+    )
+
+
+def _read_bytes(path: str, hint: str) -> bytes:
+    try:
+        with (gzip.open if path.endswith(".gz") else open)(path, "rb") as stream:
+            return stream.read()
+    except (OSError, EOFError, zlib.error) as err:
+        raise DatasetFormatError(f"{path} is corrupt or truncated ({err}){hint}") from None
+
+
+def read_idx(path: str, shape: tuple[int | None, ...], hint: str = "") -> np.ndarray:
+    """Reads a uint8 idx file (gzipped or not) and checks its magic number, size and shape.
+
+    Args:
+        path: File path; a name ending in ``.gz`` is decompressed.
+        shape: Expected shape; ``None`` entries accept any size.
+        hint: Text appended to error messages, e.g. how to replace the file.
+
+    Returns:
+        The array, dtype uint8, of the stored shape.
+
+    Raises:
+        DatasetFormatError: The file is truncated, corrupt, not a uint8 idx file or of another shape.
+    """
+    raw = _read_bytes(path, hint)
+    ndim = len(shape)
+    if len(raw) < 4 + 4 * ndim or raw[:2] != b"\x00\x00" or raw[2] != 0x08 or raw[3] != ndim:
+        raise DatasetFormatError(
+            f"{path} is not a uint8 idx file with {ndim} dimensions (magic number {raw[:4].hex() or 'missing'}, "
+            f"expected 000008{ndim:02x}){hint}"
+        )
+    dims = tuple(int(d) for d in np.frombuffer(raw, ">i4", count=ndim, offset=4))
+    expected = 4 + 4 * ndim + int(np.prod(dims))
+    if len(raw) != expected:
+        raise DatasetFormatError(
+            f"{path} is truncated or corrupt: {len(raw)} bytes of data, expected {expected} for shape {dims}{hint}"
+        )
+    if any(want is not None and want != got for want, got in zip(shape, dims)):
+        raise DatasetFormatError(f"{path} holds an array of shape {dims}, expected {shape}{hint}")
+    return np.frombuffer(raw, np.uint8, offset=4 + 4 * ndim).reshape(dims)
