@@ -1,0 +1,21 @@
+"""Method registry: ``algorithm.name`` in a config -> its Strategy class (one file per method)."""
+
+from __future__ import annotations
+
+from fedray.algorithms.base import ClientAlgorithm, Params, ServerContext, Strategy, VirtualClient
+from fedray.algorithms.central import Central
+from fedray.algorithms.dsgd import DSGD
+from fedray.algorithms.fedavg import FedAvg
+from fedray.algorithms.fedprox import FedProx
+
+ALGORITHMS: dict[str, type[Strategy]] = {s.name: s for s in (FedAvg, FedProx, DSGD, Central)}
+
+
+def get_algorithm(name: str) -> type[Strategy]:
+    if name not in ALGORITHMS:
+        raise ValueError(f"unknown algorithm {name!r}; valid algorithms are {', '.join(sorted(ALGORITHMS))}")
+    return ALGORITHMS[name]
+
+
+__all__ = ["ALGORITHMS", "ClientAlgorithm", "Params", "ServerContext", "Strategy", "VirtualClient",
+           "get_algorithm"]

@@ -1,0 +1,156 @@
+"""The interface every method implements: a server half (Strategy) and a client half.
+
+The round loop (``fedray.federation.Federation``) is written once and never changes for a new method:
+
+1. ``Strategy.configure_round`` returns a :class:`RoundPlan`: the tasks of the sampled clients and the
+   payloads broadcast to them (one entry per architecture, put in the object store once each).
+2. The host of each client calls ``ClientAlgorithm.run(task, payloads, client)``, which returns a
+   :class:`ClientUpdate`. Per-client state (error-feedback residuals, certainty scores, cluster id)
+   lives in ``client.state`` on that host between rounds and is checkpointed with the run.
+3. ``Strategy.aggregate`` folds the updates into the server state and may run server-side work
+   (distillation, generator training, cluster splits); it returns metrics to log.
+4. ``Strategy.models_to_evaluate`` names the models the loop evaluates on the test set.
+
+Compression, distillation, clustered FL, FedGen and MrTF plug in by overriding these hooks, with
+extra broadcast payloads and extra update contents; the runtime only moves the typed messages.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable, ClassVar
+
+import numpy as np
+import torch
+from pydantic import BaseModel, ConfigDict
+
+from fedray.config import Config
+from fedray.messages import ClientSpec, ClientTask, ClientUpdate, RoundPlan
+from fedray.weights import Weights, get_weights
+
+
+class Params(BaseModel):
+    """Base of a method's hyperparameters (the ``algorithm:`` section minus ``name``)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+
+@dataclass
+class VirtualClient:
+    """A client as its host sees it: data on the compute device and persistent state."""
+
+    spec: ClientSpec
+    x: torch.Tensor
+    y: torch.Tensor
+    state: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def client_id(self) -> int:
+        return self.spec.client_id
+
+    @property
+    def num_samples(self) -> int:
+        return self.spec.num_samples
+
+
+@dataclass
+class ServerContext:
+    """What a strategy knows about the federation."""
+
+    config: Config
+    clients: list[ClientSpec]
+    build_model: Callable[[str], torch.nn.Module]
+
+    @property
+    def architectures(self) -> list[str]:
+        return list(dict.fromkeys(c.arch for c in self.clients))
+
+
+def task_seed(seed: int, round: int, client_id: int) -> int:
+    """A 63-bit seed for one client in one round, derived from the run seed."""
+    return int(np.random.SeedSequence([seed, round, client_id]).generate_state(2, np.uint64)[0] >> 1)
+
+
+def round_rng(seed: int, round: int) -> np.random.Generator:
+    """The server's generator for round ``round`` (client sampling); no state to checkpoint."""
+    return np.random.default_rng([seed, round, 0x5EED])
+
+
+class ClientAlgorithm:
+    """Client half of a method. One instance per host; it serves all clients of that host."""
+
+    def __init__(self, params: Params, config: Config, build_model: Callable[[str], torch.nn.Module],
+                 device: torch.device):
+        self.params = params
+        self.config = config
+        self.device = device
+        self._build_model = build_model
+        self._models: dict[str, torch.nn.Module] = {}
+
+    def model(self, arch: str) -> torch.nn.Module:
+        """A working model of ``arch``, built once per host and reused across clients."""
+        if arch not in self._models:
+            self._models[arch] = self._build_model(arch).to(self.device)
+        return self._models[arch]
+
+    def init_state(self, client: VirtualClient) -> dict[str, Any]:
+        """Persistent per-client state before round one (empty for stateless methods)."""
+        return {}
+
+    def run(self, task: ClientTask, payloads: dict[str, Any], client: VirtualClient) -> ClientUpdate:
+        raise NotImplementedError
+
+
+class Strategy:
+    """Server half of a method.
+
+    Subclasses set ``name``, ``Params`` and ``Client`` and override hooks. ``pools_data`` makes the
+    loop give each architecture one client holding the pooled training data (central baseline).
+    """
+
+    name: ClassVar[str]
+    Params: ClassVar[type[Params]] = Params
+    Client: ClassVar[type[ClientAlgorithm]] = ClientAlgorithm
+    pools_data: ClassVar[bool] = False
+
+    def __init__(self, params: Params, ctx: ServerContext):
+        self.params = params
+        self.ctx = ctx
+        self.config = ctx.config
+        self.models: dict[str, Weights] = {}
+        for arch in ctx.architectures:
+            torch.manual_seed(self.config.seed)
+            self.models[arch] = get_weights(ctx.build_model(arch))
+
+    # -- hooks -----------------------------------------------------------------------------------
+    def sample_clients(self, round: int) -> list[ClientSpec]:
+        """A fraction C of the clients, uniformly without replacement (thesis section 2.4)."""
+        k = min(self.config.federation.clients_per_round, len(self.ctx.clients))
+        if self.pools_data:
+            k = len(self.ctx.clients)
+        chosen = round_rng(self.config.seed, round).choice(len(self.ctx.clients), size=k, replace=False)
+        return [self.ctx.clients[i] for i in sorted(chosen)]
+
+    def configure_round(self, round: int) -> RoundPlan:
+        """Broadcast each sampled architecture's global model once; one task per sampled client."""
+        clients = self.sample_clients(round)
+        broadcast = {f"model/{c.arch}": self.models[c.arch] for c in clients}
+        tasks = [
+            ClientTask(c.client_id, round, c.arch, (f"model/{c.arch}",),
+                       task_seed(self.config.seed, round, c.client_id))
+            for c in clients
+        ]
+        return RoundPlan(tasks=tasks, broadcast=broadcast)
+
+    def aggregate(self, round: int, updates: list[ClientUpdate]) -> dict[str, float]:
+        raise NotImplementedError
+
+    def models_to_evaluate(self) -> dict[str, Weights]:
+        return self.models
+
+    # -- checkpointing ---------------------------------------------------------------------------
+    def state_dict(self) -> dict[str, Any]:
+        return {"models": self.models}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.models = state["models"]

@@ -1,0 +1,15 @@
+"""Centralised baseline: the same model trained on the pooled data of all clients.
+
+Each round is one call of the local training loop on the union of the clients' data (one pooled
+client per architecture), so ``training.epochs`` epochs per round and the same optimiser settings
+as the federated runs; the round count, logging and checkpoints are shared with them.
+"""
+
+from __future__ import annotations
+
+from fedray.algorithms.fedavg import FedAvg
+
+
+class Central(FedAvg):
+    name = "central"
+    pools_data = True

@@ -1,0 +1,67 @@
+"""Distributed SGD: thesis Algorithm 1 (p. 16).
+
+    for t = 1..T:
+        each client i samples a batch D_b^i from D_i and computes g_i = grad l(theta, D_b^i)
+        all-reduce: g = 1/M sum_i g_i
+        theta <- theta - eta * g
+
+eta is ``training.lr``; the batch size is ``training.batch_size``. The sum runs over the clients of
+the round (all M when ``clients_per_round == num_clients``, the thesis setting). Buffers such as
+BatchNorm statistics are not gradients: they are averaged from the clients' forward passes.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from fedray.algorithms.base import ClientAlgorithm, Params, Strategy, VirtualClient
+from fedray.algorithms.fedavg import group_by_arch, mean_client_loss
+from fedray.messages import ClientTask, ClientUpdate
+from fedray.training import batch_indices
+from fedray.weights import nbytes, set_weights, weighted_mean
+
+
+class DSGDClient(ClientAlgorithm):
+    """g_i = grad l(theta, D_b^i) on one mini-batch; uploads g_i (and the buffers)."""
+
+    def run(self, task: ClientTask, payloads: dict[str, Any], client: VirtualClient) -> ClientUpdate:
+        start = time.perf_counter()
+        model = self.model(task.arch)
+        set_weights(model, payloads[task.payload_keys[0]])
+        model.train()
+        generator = torch.Generator().manual_seed(task.seed)
+        torch.manual_seed(task.seed)
+        idx = next(batch_indices(client.num_samples, self.config.training.batch_size, 1, generator))
+        idx = idx.to(client.x.device)
+        model.zero_grad(set_to_none=True)
+        loss = F.cross_entropy(model(client.x[idx]), client.y[idx])
+        loss.backward()
+        grads = {n: p.grad.detach().cpu().numpy().copy() for n, p in model.named_parameters()}
+        buffers = {n: b.detach().cpu().numpy().copy() for n, b in model.named_buffers()}
+        payload = {"grad": grads, "buffers": buffers}
+        metrics = {"loss": float(loss.detach()), "time_s": time.perf_counter() - start}
+        return ClientUpdate(client.client_id, task.arch, client.num_samples, payload, nbytes(grads), metrics)
+
+
+class DSGD(Strategy):
+    name = "dsgd"
+    Params = Params
+    Client = DSGDClient
+
+    def aggregate(self, round: int, updates: list[ClientUpdate]) -> dict[str, float]:
+        eta = self.config.training.lr
+        for arch, group in group_by_arch(updates).items():
+            ones = [1.0] * len(group)
+            g = weighted_mean([u.payload["grad"] for u in group], ones)  # 1/M sum_i g_i
+            model = dict(self.models[arch])
+            for name, grad in g.items():
+                model[name] = (model[name] - eta * grad).astype(model[name].dtype)  # theta - eta g
+            if group[0].payload["buffers"]:
+                model.update(weighted_mean([u.payload["buffers"] for u in group], ones))
+            self.models[arch] = model
+        return mean_client_loss(updates)

@@ -1,0 +1,106 @@
+"""ClientHost: hosts one or more virtual clients and runs their tasks.
+
+A plain class: the local backend runs one in-process, and ``actors.client`` makes it a Ray actor
+with the configured CPUs and GPU share. Each hosted client keeps its data shard on the host's
+device and its persistent state (``VirtualClient.state``) between rounds, so nothing but the
+round's payloads and updates crosses the actor boundary.
+"""
+
+from __future__ import annotations
+
+import traceback
+from typing import Any, Callable
+
+import numpy as np
+import torch
+
+from fedray.algorithms import VirtualClient, get_algorithm
+from fedray.config import Config
+from fedray.messages import ClientFailure, ClientSpec, ClientTask, ClientUpdate
+from fedray.models import create_model
+from fedray.training import resolve_device
+
+
+def model_builder(config: Config, input_shape: tuple[int, ...], num_classes: int) -> Callable[[str], torch.nn.Module]:
+    """``arch -> new model`` for the run's data shape, with the config's per-model options."""
+    options = config.federation.model_options
+
+    def build(arch: str) -> torch.nn.Module:
+        return create_model(arch, tuple(input_shape), num_classes, **options.get(arch, {}))
+
+    return build
+
+
+class ClientHost:
+    """Hosts virtual clients and runs ``ClientAlgorithm.run`` for them.
+
+    Args:
+        config: the run's config.
+        specs: the hosted clients (id, architecture, sample indices).
+        train_x, train_y: the whole training set (shared, read-only); each client copies its shard.
+        num_classes: classes of the data set.
+        gpus: the GPU share this host was given (0 for CPU).
+    """
+
+    def __init__(self, config: Config, specs: list[ClientSpec], train_x: np.ndarray, train_y: np.ndarray,
+                 num_classes: int, gpus: float = 0.0):
+        threads = config.runtime.torch_threads or max(1, int(config.runtime.actor_cpus))
+        torch.set_num_threads(threads)
+        self.device = resolve_device(config.runtime.device, gpus)
+        algorithm = get_algorithm(config.algorithm.name)
+        build = model_builder(config, train_x.shape[1:], num_classes)
+        self.algorithm = algorithm.Client(config.algorithm_params(), config, build, self.device)
+        self.clients: dict[int, VirtualClient] = {}
+        for spec in specs:
+            client = VirtualClient(
+                spec,
+                torch.from_numpy(np.ascontiguousarray(train_x[spec.indices])).to(self.device),
+                torch.from_numpy(np.ascontiguousarray(train_y[spec.indices])).to(self.device),
+            )
+            client.state = self.algorithm.init_state(client)
+            self.clients[spec.client_id] = client
+
+    def run(self, task: ClientTask, *payloads: Any) -> ClientUpdate:
+        """Run one task; ``payloads`` are the broadcast entries named by ``task.payload_keys``."""
+        client = self.clients.get(task.client_id)
+        if client is None:
+            raise ClientFailure(task.client_id, task.round, "dispatch", "client is not hosted here")
+        try:
+            return self.algorithm.run(task, dict(zip(task.payload_keys, payloads)), client)
+        except Exception as err:  # report which client and stage, keep the traceback text
+            detail = "".join(traceback.format_exception_only(type(err), err)).strip()
+            raise ClientFailure(task.client_id, task.round, "local training", detail) from err
+
+    def client_states(self) -> dict[int, dict[str, Any]]:
+        return {cid: c.state for cid, c in self.clients.items()}
+
+    def load_client_states(self, states: dict[int, dict[str, Any]]) -> None:
+        for cid, state in states.items():
+            if cid in self.clients:
+                self.clients[cid].state = state
+
+    def hosted(self) -> list[int]:
+        return sorted(self.clients)
+
+
+class LocalExecutor:
+    """Runs every client in this process, one after another (``runtime.backend: local``)."""
+
+    def __init__(self, config: Config, specs: list[ClientSpec], data):
+        self.host = ClientHost(config, specs, data.train_x, data.train_y, data.num_classes)
+
+    def execute(self, plan) -> list[ClientUpdate]:
+        updates = [self.host.run(t, *(plan.broadcast[k] for k in t.payload_keys)) for t in plan.tasks]
+        return sorted(updates, key=lambda u: u.client_id)
+
+    def client_states(self) -> dict[int, dict[str, Any]]:
+        return self.host.client_states()
+
+    def load_client_states(self, states: dict[int, dict[str, Any]]) -> None:
+        self.host.load_client_states(states)
+
+    def describe(self) -> dict[str, Any]:
+        return {"backend": "local", "actors": 0}
+
+    def shutdown(self) -> None:
+        pass

@@ -1,0 +1,266 @@
+"""Typed experiment configuration: YAML plus dotted overrides, checked before anything starts.
+
+A config is a tree of pydantic models that forbid unknown keys. `load_config` reads a YAML file,
+applies ``key=value`` overrides (values parsed as YAML, so ``federation.rounds=5`` is an int and
+``federation.architectures={cnn: 10}`` a mapping) and validates the whole tree. Every problem is
+reported as one :class:`ConfigError` line naming the bad key, the bad value and what is valid.
+
+The algorithm section is open: ``algorithm.name`` selects a method from
+``fedray.algorithms.ALGORITHMS`` and the remaining keys are validated against that method's own
+``Params`` model, so a new method adds its hyperparameters without touching this file.
+"""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+from typing import Any, Literal, Optional, Union
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+
+class ConfigError(ValueError):
+    """A config problem, described in one line for the user."""
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+
+
+class DataConfig(_Section):
+    """Which data set, and how it is split among clients.
+
+    The split is seeded by ``seed`` alone, so every method and every training seed sees the same
+    clients (thesis section 2.4).
+    """
+
+    dataset: str = "fashion_mnist"
+    root: Optional[str] = None
+    options: dict[str, Any] = Field(default_factory=dict)
+    partition: Literal["iid", "dirichlet", "shards", "natural"] = "iid"
+    alpha: float = Field(1.0, gt=0)
+    classes_per_client: int = Field(2, ge=1)
+    balancedness: float = Field(1.0, gt=0, le=1)
+    seed: int = 0
+    train_limit: Optional[int] = Field(None, ge=1)
+    test_limit: Optional[int] = Field(None, ge=1)
+
+
+class TrainingConfig(_Section):
+    """Local training on each client (the client half of every method)."""
+
+    optimizer: Literal["sgd", "adam"] = "sgd"
+    lr: float = Field(0.05, gt=0)
+    momentum: float = Field(0.0, ge=0, lt=1)
+    weight_decay: float = Field(0.0, ge=0)
+    batch_size: int = Field(32, ge=1)
+    epochs: int = Field(1, ge=1)
+    steps: Optional[int] = Field(None, ge=1)
+
+
+class FederationConfig(_Section):
+    """Clients, architectures and rounds.
+
+    ``architectures`` maps a model name to the number of clients that use it; the counts must add up
+    to ``num_clients``. There is one global model per architecture.
+    """
+
+    num_clients: int = Field(100, ge=1)
+    clients_per_round: int = Field(10, ge=1)
+    rounds: int = Field(20, ge=1)
+    architectures: dict[str, int] = Field(default_factory=lambda: {"cnn": 100})
+    model_options: dict[str, dict[str, Any]] = Field(default_factory=dict)
+    eval_every: int = Field(1, ge=1)
+    eval_batch_size: int = Field(256, ge=1)
+
+    @field_validator("architectures")
+    @classmethod
+    def _counts_positive(cls, value: dict[str, int]) -> dict[str, int]:
+        if not value:
+            raise ValueError("needs at least one architecture, e.g. {cnn: 100}")
+        for name, count in value.items():
+            if count < 1:
+                raise ValueError(f"{name} has {count} clients; each architecture needs >= 1")
+        return value
+
+    @model_validator(mode="after")
+    def _consistent(self) -> "FederationConfig":
+        if self.clients_per_round > self.num_clients:
+            raise ValueError(
+                f"clients_per_round = {self.clients_per_round} exceeds num_clients = {self.num_clients}"
+            )
+        total = sum(self.architectures.values())
+        if total != self.num_clients:
+            raise ValueError(
+                f"architectures {self.architectures} add up to {total} clients, "
+                f"but num_clients = {self.num_clients}"
+            )
+        return self
+
+
+class RuntimeConfig(_Section):
+    """Where and how the Ray actors run.
+
+    ``backend``: ``ray`` (client actors) or ``local`` (every client in the driver process, for
+    debugging and Ray-free tests).
+    ``address``: None starts a local Ray capped at ``num_cpus``/``num_gpus``; ``"auto"`` or a
+    ``ray://``/``host:port`` address joins an existing cluster (``RAY_ADDRESS`` is honoured too).
+    ``clients_per_actor``: 1 is one actor per client; ``"auto"`` sizes the pool to the cluster
+    (one actor per ``actor_cpus`` CPUs, and per ``actor_gpus`` GPU share when GPUs are used).
+    """
+
+    backend: Literal["ray", "local"] = "ray"
+    address: Optional[str] = None
+    num_cpus: Optional[int] = Field(None, ge=1)
+    num_gpus: Optional[float] = Field(None, ge=0)
+    clients_per_actor: Union[Literal["auto"], int] = "auto"
+    actor_cpus: float = Field(1.0, gt=0)
+    actor_gpus: float = Field(0.0, ge=0)
+    server_cpus: float = Field(0.0, ge=0)
+    server_gpus: float = Field(0.0, ge=0)
+    torch_threads: Optional[int] = Field(None, ge=1)
+    device: Literal["auto", "cpu", "cuda"] = "auto"
+
+    @field_validator("clients_per_actor")
+    @classmethod
+    def _positive(cls, value: Union[str, int]) -> Union[str, int]:
+        if value != "auto" and value < 1:
+            raise ValueError(f"must be 'auto' or an integer >= 1, got {value}")
+        return value
+
+
+class AlgorithmConfig(BaseModel):
+    """``name`` picks the method; the other keys are that method's ``Params``."""
+
+    model_config = ConfigDict(extra="allow")
+    name: str = "fedavg"
+
+
+class Config(_Section):
+    """A whole experiment."""
+
+    name: str = "experiment"
+    seed: int = 0
+    output_dir: str = "runs"
+    checkpoint_every: int = Field(5, ge=1)
+    data: DataConfig = Field(default_factory=DataConfig)
+    federation: FederationConfig = Field(default_factory=FederationConfig)
+    training: TrainingConfig = Field(default_factory=TrainingConfig)
+    algorithm: AlgorithmConfig = Field(default_factory=AlgorithmConfig)
+    runtime: RuntimeConfig = Field(default_factory=RuntimeConfig)
+
+    def algorithm_params(self) -> BaseModel:
+        """The validated ``Params`` of the selected algorithm."""
+        from fedray.algorithms import get_algorithm
+
+        params = self.algorithm.model_dump(exclude={"name"})
+        return get_algorithm(self.algorithm.name).Params(**params)
+
+    def to_dict(self) -> dict[str, Any]:
+        return self.model_dump(mode="json")
+
+
+def _format_error(err: ValidationError, prefix: str = "") -> str:
+    first = err.errors()[0]
+    key = ".".join(str(part) for part in first["loc"])
+    key = f"{prefix}{key}" if key else prefix.rstrip(".")
+    message = first["msg"]
+    if first["type"] == "extra_forbidden":
+        return f"unknown config key '{key}'"
+    if message.startswith("Value error, "):
+        message = message[len("Value error, "):]
+    value = first.get("input")
+    shown = "" if isinstance(value, dict) else f" = {value!r}"
+    return f"bad config value {key}{shown}: {message}"
+
+
+def parse_overrides(overrides: list[str]) -> list[tuple[list[str], Any]]:
+    """Parse ``a.b.c=value`` strings; values are read as YAML scalars or flow collections."""
+    parsed = []
+    for item in overrides:
+        key, sep, raw = item.partition("=")
+        if not sep or not key:
+            raise ConfigError(f"override '{item}' is not of the form key=value")
+        try:
+            value = yaml.safe_load(raw) if raw else ""
+        except yaml.YAMLError:
+            value = raw
+        parsed.append((key.strip().split("."), value))
+    return parsed
+
+
+def apply_overrides(tree: dict[str, Any], overrides: list[str]) -> dict[str, Any]:
+    """Return a copy of ``tree`` with the dotted overrides set (unknown keys are caught later)."""
+    tree = copy.deepcopy(tree)
+    for path, value in parse_overrides(overrides):
+        node = tree
+        for part in path[:-1]:
+            child = node.setdefault(part, {})
+            if not isinstance(child, dict):
+                raise ConfigError(f"override '{'.'.join(path)}': '{part}' is not a section")
+            node = child
+        node[path[-1]] = value
+    return tree
+
+
+def build_config(tree: dict[str, Any]) -> Config:
+    """Validate a config tree (a dict as read from YAML); raise ConfigError with one line."""
+    from fedray.algorithms import ALGORITHMS, get_algorithm
+
+    try:
+        config = Config(**tree)
+    except ValidationError as err:
+        raise ConfigError(_format_error(err)) from None
+    if config.algorithm.name not in ALGORITHMS:
+        raise ConfigError(
+            f"bad config value algorithm.name = {config.algorithm.name!r}: "
+            f"valid algorithms are {', '.join(sorted(ALGORITHMS))}"
+        )
+    try:
+        get_algorithm(config.algorithm.name).Params(**config.algorithm.model_dump(exclude={"name"}))
+    except ValidationError as err:
+        raise ConfigError(_format_error(err, prefix="algorithm.")) from None
+    _check_names(config)
+    return config
+
+
+def _check_names(config: Config) -> None:
+    from fedray.data import dataset_names
+    from fedray.models import model_names
+
+    if config.data.dataset not in dataset_names():
+        raise ConfigError(
+            f"bad config value data.dataset = {config.data.dataset!r}: "
+            f"valid data sets are {', '.join(dataset_names())}"
+        )
+    for arch in config.federation.architectures:
+        if arch not in model_names():
+            raise ConfigError(
+                f"bad config value federation.architectures: unknown model {arch!r}; "
+                f"valid models are {', '.join(model_names())}"
+            )
+    for arch in config.federation.model_options:
+        if arch not in config.federation.architectures:
+            raise ConfigError(
+                f"bad config value federation.model_options.{arch}: "
+                f"{arch!r} is not one of the run's architectures"
+            )
+
+
+def load_config(path: str | Path, overrides: list[str] | None = None) -> Config:
+    """Read a YAML config, apply ``key=value`` overrides and validate it."""
+    path = Path(path)
+    if not path.is_file():
+        raise ConfigError(f"config file {path} does not exist")
+    try:
+        tree = yaml.safe_load(path.read_text()) or {}
+    except yaml.YAMLError as err:
+        raise ConfigError(f"config file {path} is not valid YAML: {str(err).splitlines()[0]}") from None
+    if not isinstance(tree, dict):
+        raise ConfigError(f"config file {path} must hold a mapping at the top level")
+    return build_config(apply_overrides(tree, overrides or []))
+
+
+def save_config(config: Config, path: str | Path) -> None:
+    Path(path).write_text(yaml.safe_dump(config.to_dict(), sort_keys=False))

@@ -1,0 +1,219 @@
+"""The round loop, written once: plan, execute, aggregate, evaluate, log, checkpoint.
+
+:class:`Federation` is a plain class. The local backend runs it in the driver; ``actors.server``
+wraps it in the ``ServerActor``. The clients are reached through an *executor* (in-process or Ray
+client actors) that only moves :mod:`fedray.messages` types.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from pathlib import Path
+from typing import Any, Callable, Protocol
+
+import numpy as np
+import torch
+
+from fedray.algorithms import ServerContext, Strategy, get_algorithm
+from fedray.clients import model_builder
+from fedray.config import Config, save_config
+from fedray.data import DatasetBundle, label_counts, load_dataset, partition, partition_figure
+from fedray.messages import ClientSpec, ClientUpdate, RoundPlan, RoundResult
+from fedray.tracking import RunWriter
+from fedray.training import evaluate, resolve_device
+from fedray.weights import nbytes, set_weights
+
+CHECKPOINT = "checkpoint.pt"
+
+
+class Executor(Protocol):
+    def execute(self, plan: RoundPlan) -> list[ClientUpdate]: ...
+    def client_states(self) -> dict[int, dict[str, Any]]: ...
+    def load_client_states(self, states: dict[int, dict[str, Any]]) -> None: ...
+    def describe(self) -> dict[str, Any]: ...
+    def shutdown(self) -> None: ...
+
+
+ExecutorFactory = Callable[[Config, list[ClientSpec], DatasetBundle], Executor]
+
+
+def load_data(config: Config) -> DatasetBundle:
+    """The configured data set, cut to ``train_limit``/``test_limit`` samples (seeded subsets)."""
+    d = config.data
+    bundle = load_dataset(d.dataset, d.root, **d.options)
+    rng = np.random.default_rng([d.seed, 0xDA7A])
+    if d.train_limit is not None and d.train_limit < len(bundle.train_y):
+        if bundle.client_split is not None:
+            raise ValueError("data.train_limit cannot cut a data set with a natural client split")
+        keep = np.sort(rng.permutation(len(bundle.train_y))[: d.train_limit])
+        bundle.train_x, bundle.train_y = bundle.train_x[keep], bundle.train_y[keep]
+    if d.test_limit is not None and d.test_limit < len(bundle.test_y):
+        keep = np.sort(rng.permutation(len(bundle.test_y))[: d.test_limit])
+        bundle.test_x, bundle.test_y = bundle.test_x[keep], bundle.test_y[keep]
+    return bundle
+
+
+def make_clients(config: Config, bundle: DatasetBundle, pools_data: bool) -> list[ClientSpec]:
+    """Split the training data and give clients their architectures (in config order, in blocks)."""
+    fed, d = config.federation, config.data
+    if d.partition == "natural":
+        if bundle.client_split is None:
+            raise ValueError(f"data.partition 'natural' needs a federated data set; {d.dataset} has no client split")
+        if len(bundle.client_split) != fed.num_clients:
+            raise ValueError(f"{d.dataset} has {len(bundle.client_split)} natural clients, "
+                             f"but federation.num_clients = {fed.num_clients}")
+        splits = [np.asarray(s, dtype=np.int64) for s in bundle.client_split]
+    else:
+        splits = partition(bundle.train_y, fed.num_clients, d.partition, d.seed, alpha=d.alpha,
+                           classes_per_client=d.classes_per_client, balancedness=d.balancedness)
+    archs = [arch for arch, count in fed.architectures.items() for _ in range(count)]
+    if pools_data:
+        pooled = np.sort(np.concatenate(splits))
+        return [ClientSpec(i, arch, pooled) for i, arch in enumerate(fed.architectures)]
+    return [ClientSpec(i, arch, split) for i, (arch, split) in enumerate(zip(archs, splits))]
+
+
+class Federation:
+    """Runs an experiment one round at a time.
+
+    Args:
+        config: the validated config.
+        run_dir: folder for event files, ``config.yaml``, ``checkpoint.pt`` and ``result.json``.
+        executor_factory: builds the executor that reaches the clients.
+        resume: continue from ``run_dir/checkpoint.pt`` instead of starting at round 1.
+    """
+
+    def __init__(self, config: Config, run_dir: str | Path, executor_factory: ExecutorFactory,
+                 resume: bool = False):
+        self.config = config
+        self.run_dir = Path(run_dir)
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        torch.set_num_threads(config.runtime.torch_threads or os.cpu_count() or 1)
+        self.device = resolve_device(config.runtime.device, config.runtime.server_gpus)
+        self.data = load_data(config)
+        strategy_cls = get_algorithm(config.algorithm.name)
+        self.clients = make_clients(config, self.data, strategy_cls.pools_data)
+        build = model_builder(config, self.data.input_shape, self.data.num_classes)
+        self.strategy: Strategy = strategy_cls(config.algorithm_params(), ServerContext(config, self.clients, build))
+        self._eval_models = {arch: build(arch).to(self.device) for arch in self.strategy.models}
+        self.test_x = torch.from_numpy(self.data.test_x).to(self.device)
+        self.test_y = torch.from_numpy(self.data.test_y).to(self.device)
+        self.round = 0
+        self.totals = {"comm/bytes_up_total": 0.0, "comm/bytes_down_total": 0.0}
+        self.history: list[dict[str, float]] = []
+        checkpoint = self._read_checkpoint() if resume else None
+        self.executor = executor_factory(config, self.clients, self.data)
+        if checkpoint is not None:
+            self._restore(checkpoint)
+            self.writer = RunWriter(self.run_dir, purge_step=self.round + 1)
+        else:
+            save_config(config, self.run_dir / "config.yaml")
+            self.writer = RunWriter(self.run_dir)
+            self._log_setup()
+
+    # -- one round -------------------------------------------------------------------------------
+    def run_round(self) -> RoundResult:
+        """Plan, execute, aggregate, evaluate, log and (every k rounds) checkpoint one round."""
+        self.round += 1
+        start = time.perf_counter()
+        plan = self.strategy.configure_round(self.round)
+        updates = self.executor.execute(plan)
+        clients_done = time.perf_counter()
+        metrics = dict(self.strategy.aggregate(self.round, updates))
+        metrics.update(self._communication(plan, updates))
+        metrics["time/clients_s"] = clients_done - start
+        metrics["time/aggregate_s"] = time.perf_counter() - clients_done
+        metrics["time/client_mean_s"] = float(np.mean([u.metrics.get("time_s", 0.0) for u in updates]))
+        metrics["time/client_max_s"] = float(np.max([u.metrics.get("time_s", 0.0) for u in updates]))
+        metrics["clients/participants"] = float(len(updates))
+        if self.round % self.config.federation.eval_every == 0 or self.round == self.config.federation.rounds:
+            metrics.update(self.evaluate())
+        metrics["time/round_s"] = time.perf_counter() - start
+        self.writer.log_scalars(self.round, metrics)
+        self.history.append({"round": self.round, **metrics})
+        if self.round % self.config.checkpoint_every == 0 or self.round == self.config.federation.rounds:
+            self.save_checkpoint()
+        return RoundResult(self.round, metrics)
+
+    def evaluate(self) -> dict[str, float]:
+        """Test accuracy and loss of each architecture's evaluated model, and their mean."""
+        start = time.perf_counter()
+        out: dict[str, float] = {}
+        counts = self.config.federation.architectures
+        acc, loss = 0.0, 0.0
+        for arch, weights in self.strategy.models_to_evaluate().items():
+            model = self._eval_models[arch]
+            set_weights(model, weights)
+            result = evaluate(model, self.test_x, self.test_y, self.config.federation.eval_batch_size)
+            out[f"eval/accuracy/{arch}"], out[f"eval/loss/{arch}"] = result["accuracy"], result["loss"]
+            share = counts[arch] / sum(counts.values())
+            acc, loss = acc + share * result["accuracy"], loss + share * result["loss"]
+        out["eval/accuracy"], out["eval/loss"] = acc, loss
+        out["time/eval_s"] = time.perf_counter() - start
+        return out
+
+    def _communication(self, plan: RoundPlan, updates: list[ClientUpdate]) -> dict[str, float]:
+        sizes = {key: nbytes(payload) for key, payload in plan.broadcast.items()}
+        down = float(sum(sizes[k] for task in plan.tasks for k in task.payload_keys))
+        up = float(sum(u.bytes_up for u in updates))
+        self.totals["comm/bytes_up_total"] += up
+        self.totals["comm/bytes_down_total"] += down
+        return {"comm/bytes_up": up, "comm/bytes_down": down, **self.totals}
+
+    # -- run, finish -----------------------------------------------------------------------------
+    @property
+    def done(self) -> bool:
+        return self.round >= self.config.federation.rounds
+
+    def finish(self) -> dict[str, Any]:
+        """Write ``result.json`` and close the writer and the executor; returns the summary."""
+        evaluated = [h for h in self.history if "eval/accuracy" in h]
+        summary = {
+            "name": self.config.name,
+            "algorithm": self.config.algorithm.name,
+            "rounds": self.round,
+            "final": {k: v for k, v in (evaluated[-1] if evaluated else {}).items() if k.startswith("eval/")},
+            "best_accuracy": max((h["eval/accuracy"] for h in evaluated), default=None),
+            "comm": dict(self.totals),
+            "executor": self.executor.describe(),
+        }
+        (self.run_dir / "result.json").write_text(json.dumps(summary, indent=2))
+        self.writer.close()
+        self.executor.shutdown()
+        return summary
+
+    # -- checkpoints -----------------------------------------------------------------------------
+    def save_checkpoint(self) -> Path:
+        """Atomically write the round, server state and every client's persistent state."""
+        state = {
+            "round": self.round,
+            "strategy": self.strategy.state_dict(),
+            "clients": self.executor.client_states(),
+            "totals": dict(self.totals),
+            "history": list(self.history),
+        }
+        path = self.run_dir / CHECKPOINT
+        tmp = path.with_suffix(".tmp")
+        torch.save(state, tmp)
+        os.replace(tmp, path)
+        return path
+
+    def _read_checkpoint(self) -> dict[str, Any]:
+        path = self.run_dir / CHECKPOINT
+        if not path.is_file():
+            raise FileNotFoundError(f"no checkpoint to resume from: {path} does not exist")
+        return torch.load(path, weights_only=False)
+
+    def _restore(self, state: dict[str, Any]) -> None:
+        self.round = state["round"]
+        self.strategy.load_state_dict(state["strategy"])
+        self.executor.load_client_states(state["clients"])
+        self.totals = dict(state["totals"])
+        self.history = list(state["history"])
+
+    def _log_setup(self) -> None:
+        self.writer.log_config(self.config.to_dict(), ["eval/accuracy", "eval/loss"])
+        counts = label_counts(self.data.train_y, [c.indices for c in self.clients], self.data.num_classes)
+        self.writer.log_figure("data/partition", partition_figure(counts, self.data.classes))

@@ -1,0 +1,63 @@
+"""One small TensorBoard writer per run: round metrics, the config as hparams, figures."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Optional
+
+import yaml
+from torch.utils.tensorboard import SummaryWriter
+from torch.utils.tensorboard.summary import hparams
+
+
+def flatten(tree: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    """``{"a": {"b": 1}} -> {"a.b": 1}``; values that TensorBoard cannot show become strings."""
+    flat = {}
+    for key, value in tree.items():
+        name = f"{prefix}{key}"
+        if isinstance(value, dict) and value and all(isinstance(k, str) for k in value):
+            flat.update(flatten(value, f"{name}."))
+        elif isinstance(value, (bool, int, float, str)):
+            flat[name] = value
+        else:
+            flat[name] = str(value)
+    return flat
+
+
+class RunWriter:
+    """Writes one run's event files into ``run_dir``.
+
+    Args:
+        run_dir: the run's folder.
+        purge_step: on resume, the first round not covered by the checkpoint; events of later
+            rounds from the interrupted run are dropped so the curves match an uninterrupted run.
+    """
+
+    def __init__(self, run_dir: str | Path, purge_step: Optional[int] = None):
+        self.writer = SummaryWriter(log_dir=str(run_dir), purge_step=purge_step)
+
+    def log_config(self, config: dict[str, Any], metric_tags: list[str]) -> None:
+        self.writer.add_text("config", "```\n" + yaml.safe_dump(config, sort_keys=False) + "```", 0)
+        exp, ssi, sei = hparams(flatten(config), {tag: 0.0 for tag in metric_tags})
+        for summary in (exp, ssi, sei):
+            self.writer.file_writer.add_summary(summary)
+
+    def log_scalars(self, step: int, metrics: dict[str, float]) -> None:
+        for tag, value in metrics.items():
+            self.writer.add_scalar(tag, value, step)
+        self.writer.flush()
+
+    def log_figure(self, tag: str, figure, step: int = 0) -> None:
+        self.writer.add_figure(tag, figure, step)
+
+    def close(self) -> None:
+        self.writer.close()
+
+
+def read_scalars(run_dir: str | Path) -> dict[str, list[tuple[int, float]]]:
+    """Every scalar series in a run's event files, as ``{tag: [(step, value), ...]}`` by step."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    acc = EventAccumulator(str(run_dir), size_guidance={"scalars": 0})
+    acc.Reload()
+    return {tag: [(e.step, e.value) for e in acc.Scalars(tag)] for tag in acc.Tags()["scalars"]}

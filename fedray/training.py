@@ -1,0 +1,105 @@
+"""Local training and evaluation loops shared by every method.
+
+``SGD_E(theta, D_i)`` of the thesis (section 2.1) is :func:`local_train`: E local steps (or epochs)
+of mini-batch SGD from the broadcast weights, with batch order drawn from a seeded generator so a
+run is reproducible and a resumed run repeats an uninterrupted one exactly.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Callable, Iterator, Optional
+
+import torch
+import torch.nn.functional as F
+
+from fedray.config import TrainingConfig
+
+ExtraLoss = Callable[[torch.nn.Module], torch.Tensor]
+
+
+def make_optimizer(model: torch.nn.Module, cfg: TrainingConfig) -> torch.optim.Optimizer:
+    """The local optimiser named in the config."""
+    if cfg.optimizer == "sgd":
+        return torch.optim.SGD(
+            model.parameters(), lr=cfg.lr, momentum=cfg.momentum, weight_decay=cfg.weight_decay
+        )
+    return torch.optim.Adam(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
+
+
+def num_local_steps(num_samples: int, cfg: TrainingConfig) -> int:
+    """``cfg.steps`` if set, else ``cfg.epochs`` passes over the data (last batch may be short)."""
+    if cfg.steps is not None:
+        return cfg.steps
+    return cfg.epochs * math.ceil(num_samples / cfg.batch_size)
+
+
+def batch_indices(
+    num_samples: int, batch_size: int, steps: int, generator: torch.Generator
+) -> Iterator[torch.Tensor]:
+    """``steps`` mini-batches of indices: shuffled passes over the data, reshuffled each pass."""
+    done = 0
+    while done < steps:
+        order = torch.randperm(num_samples, generator=generator)
+        for start in range(0, num_samples, batch_size):
+            if done == steps:
+                return
+            yield order[start:start + batch_size]
+            done += 1
+
+
+def local_train(
+    model: torch.nn.Module,
+    x: torch.Tensor,
+    y: torch.Tensor,
+    cfg: TrainingConfig,
+    generator: torch.Generator,
+    extra_loss: Optional[ExtraLoss] = None,
+) -> dict[str, float]:
+    """Train ``model`` in place on (x, y); return the mean training loss and the step count.
+
+    Args:
+        model: the model, already holding the broadcast weights, on the data's device.
+        x, y: the client's data.
+        cfg: optimiser, learning rate, batch size, epochs or steps.
+        generator: seeded CPU generator for the batch order.
+        extra_loss: a term added to the data loss each step (FedProx's proximal term).
+    """
+    model.train()
+    optimizer = make_optimizer(model, cfg)
+    total, steps = 0.0, 0
+    for idx in batch_indices(len(x), cfg.batch_size, num_local_steps(len(x), cfg), generator):
+        idx = idx.to(x.device)
+        optimizer.zero_grad(set_to_none=True)
+        loss = F.cross_entropy(model(x[idx]), y[idx])
+        objective = loss if extra_loss is None else loss + extra_loss(model)
+        objective.backward()
+        optimizer.step()
+        total += float(loss.detach())
+        steps += 1
+    return {"loss": total / max(steps, 1), "steps": float(steps)}
+
+
+@torch.inference_mode()
+def evaluate(
+    model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor, batch_size: int = 256
+) -> dict[str, float]:
+    """Accuracy and mean cross-entropy of ``model`` on (x, y)."""
+    model.eval()
+    correct, loss = 0, 0.0
+    for start in range(0, len(x), batch_size):
+        logits = model(x[start:start + batch_size])
+        target = y[start:start + batch_size]
+        loss += float(F.cross_entropy(logits, target, reduction="sum"))
+        correct += int((logits.argmax(dim=1) == target).sum())
+    n = max(len(x), 1)
+    return {"accuracy": correct / n, "loss": loss / n}
+
+
+def resolve_device(preference: str, gpus: float) -> torch.device:
+    """``cuda`` when asked for or when GPUs are assigned and visible, else ``cpu``."""
+    if preference == "cuda" or (preference == "auto" and gpus > 0 and torch.cuda.is_available()):
+        if not torch.cuda.is_available():
+            raise RuntimeError("runtime.device is 'cuda' but torch sees no CUDA device here")
+        return torch.device("cuda")
+    return torch.device("cpu")

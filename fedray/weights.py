@@ -1,0 +1,59 @@
+"""Model weights as plain ``{name: np.ndarray}`` dicts: the form they take on the wire.
+
+numpy arrays travel through Ray's object store without copies, and a dict keyed by the model's
+``state_dict`` names keeps buffers (BatchNorm statistics) alongside parameters.
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+import numpy as np
+import torch
+
+Weights = dict[str, np.ndarray]
+
+
+def get_weights(model: torch.nn.Module) -> Weights:
+    """A copy of the model's state (parameters and buffers) as numpy arrays."""
+    return {k: v.detach().cpu().numpy().copy() for k, v in model.state_dict().items()}
+
+
+def set_weights(model: torch.nn.Module, weights: Weights) -> None:
+    """Load ``weights`` into ``model`` in place (shapes and names must match)."""
+    state = {k: torch.from_numpy(np.array(v, copy=True)) for k, v in weights.items()}
+    model.load_state_dict(state, strict=True)
+
+
+def weighted_mean(states: Sequence[Weights], coefficients: Sequence[float]) -> Weights:
+    """sum_i c_i * state_i / sum_i c_i, tensor by tensor, accumulated in float64.
+
+    Integer tensors (e.g. BatchNorm's ``num_batches_tracked``) are averaged and rounded.
+    The result depends only on the order of ``states``, which callers fix (sorted client ids).
+    """
+    if not states:
+        raise ValueError("cannot average an empty list of weights")
+    coef = np.asarray(coefficients, dtype=np.float64)
+    if coef.shape != (len(states),) or np.any(coef < 0) or coef.sum() <= 0:
+        raise ValueError(f"need one non-negative coefficient per state with a positive sum, got {coef}")
+    coef = coef / coef.sum()
+    out = {}
+    for name, first in states[0].items():
+        acc = np.zeros(first.shape, dtype=np.float64)
+        for c, state in zip(coef, states):
+            acc += c * state[name]
+        out[name] = np.rint(acc).astype(first.dtype) if first.dtype.kind in "iub" else acc.astype(first.dtype)
+    return out
+
+
+def nbytes(payload) -> int:
+    """Bytes of a payload made of numpy arrays (nested in dicts, lists or tuples)."""
+    if isinstance(payload, np.ndarray):
+        return int(payload.nbytes)
+    if isinstance(payload, dict):
+        return sum(nbytes(v) for v in payload.values())
+    if isinstance(payload, (list, tuple)):
+        return sum(nbytes(v) for v in payload)
+    if isinstance(payload, torch.Tensor):
+        return int(payload.numel() * payload.element_size())
+    raise TypeError(f"cannot count the bytes of a {type(payload).__name__}")

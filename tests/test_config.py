@@ -1,0 +1,95 @@
+"""Config validation: every bad input is one line naming the key and the bad value."""
+
+import pytest
+
+from fedray.cli import main
+from fedray.config import ConfigError, build_config, load_config
+
+
+def write(tmp_path, text):
+    path = tmp_path / "c.yaml"
+    path.write_text(text)
+    return path
+
+
+def message(tree):
+    with pytest.raises(ConfigError) as info:
+        build_config(tree)
+    text = str(info.value)
+    assert "\n" not in text
+    return text
+
+
+def test_defaults_are_valid():
+    config = build_config({})
+    assert config.federation.num_clients == 100 and config.algorithm.name == "fedavg"
+    assert config.algorithm_params().weighted is False  # thesis Alg. 2 averages unweighted
+
+
+def test_unknown_key_is_named():
+    assert message({"federation": {"num_clientz": 3}}) == "unknown config key 'federation.num_clientz'"
+    assert message({"trainig": {}}) == "unknown config key 'trainig'"
+
+
+def test_wrong_type_names_key_and_value():
+    text = message({"training": {"lr": "fast"}})
+    assert text.startswith("bad config value training.lr = 'fast'")
+
+
+def test_clients_per_round_above_num_clients():
+    text = message({"federation": {"num_clients": 5, "clients_per_round": 7, "architectures": {"cnn": 5}}})
+    assert "clients_per_round = 7 exceeds num_clients = 5" in text
+
+
+def test_alpha_must_be_positive():
+    text = message({"data": {"alpha": 0}})
+    assert text.startswith("bad config value data.alpha = 0") and "greater than 0" in text
+
+
+def test_architecture_counts_must_add_up():
+    text = message({"federation": {"num_clients": 10, "clients_per_round": 2, "architectures": {"cnn": 4, "mlp": 5}}})
+    assert "add up to 9 clients" in text
+
+
+def test_unknown_model_dataset_and_algorithm():
+    assert "unknown model 'resnet999'" in message({"federation": {"architectures": {"resnet999": 100}}})
+    assert "data.dataset = 'imagenet'" in message({"data": {"dataset": "imagenet"}})
+    assert "algorithm.name = 'fedfoo'" in message({"algorithm": {"name": "fedfoo"}})
+
+
+def test_algorithm_params_are_checked_against_the_method():
+    assert message({"algorithm": {"name": "fedavg", "mu": 0.1}}) == "unknown config key 'algorithm.mu'"
+    assert "algorithm.mu = -1" in message({"algorithm": {"name": "fedprox", "mu": -1}})
+    config = build_config({"algorithm": {"name": "fedprox", "mu": 0.5}})
+    assert config.algorithm_params().mu == 0.5
+
+
+def test_overrides_are_typed(tmp_path):
+    path = write(tmp_path, "name: t\nfederation: {num_clients: 10, clients_per_round: 2, architectures: {mlp: 10}}\n")
+    config = load_config(path, ["federation.rounds=7", "training.lr=0.1", "data.partition=dirichlet",
+                                "federation.architectures={mlp: 5, logreg: 5}"])
+    assert config.federation.rounds == 7 and config.training.lr == 0.1
+    assert config.federation.architectures == {"mlp": 5, "logreg": 5}
+    with pytest.raises(ConfigError, match="unknown config key 'federation.roundz'"):
+        load_config(path, ["federation.roundz=3"])
+    with pytest.raises(ConfigError, match="not of the form key=value"):
+        load_config(path, ["federation.rounds"])
+
+
+def test_cli_exits_nonzero_with_one_line(tmp_path, capsys):
+    path = write(tmp_path, "data: {alpha: -2}\n")
+    assert main(["run", str(path)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and err.startswith("fedray: error: bad config value data.alpha = -2")
+
+
+def test_cli_missing_dataset_is_one_line(tmp_path, capsys):
+    path = write(tmp_path, f"data: {{dataset: fashion_mnist, root: {tmp_path}/nowhere}}\n")
+    assert main(["run", str(path)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and "dataset-fashion-mnist" in err and "nowhere" in err
+
+
+def test_cli_missing_config_file(tmp_path, capsys):
+    assert main(["check", str(tmp_path / "absent.yaml")]) == 2
+    assert "does not exist" in capsys.readouterr().err
