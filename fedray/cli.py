@@ -1,0 +1,92 @@
+"""Command line: ``fedray run CONFIG [key=value ...]``, ``fedray resume RUN_DIR``, ``fedray check``.
+
+Everything is validated before Ray starts: an unknown key, a wrong type, an impossible federation
+or a missing data set is one line on stderr and exit status 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+from fedray.config import Config, ConfigError, apply_overrides, build_config, load_config
+
+EXIT_CONFIG, EXIT_RUN = 2, 1
+
+
+def _check_data(config: Config) -> None:
+    from fedray.data import check_dataset
+
+    check_dataset(config.data.dataset, config.data.root, **config.data.options)
+
+
+def _default_run_dir(config: Config) -> Path:
+    return Path(config.output_dir) / f"{config.name}-{time.strftime('%Y%m%d-%H%M%S')}"
+
+
+def _resume_config(run_dir: Path, rounds: int | None) -> Config:
+    import yaml
+
+    path = run_dir / "config.yaml"
+    if not path.is_file():
+        raise ConfigError(f"{run_dir} is not a fedray run folder: {path} is missing")
+    tree = yaml.safe_load(path.read_text())
+    overrides = [f"federation.rounds={rounds}"] if rounds is not None else []
+    return build_config(apply_overrides(tree, overrides))
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="fedray", description="Federated learning on Ray and PyTorch.")
+    sub = parser.add_subparsers(dest="command", required=True)
+    run = sub.add_parser("run", help="run an experiment from a YAML config")
+    run.add_argument("config", help="YAML config file (see configs/)")
+    run.add_argument("overrides", nargs="*", help="dotted overrides, e.g. federation.rounds=5")
+    run.add_argument("--run-dir", help="run folder (default: OUTPUT_DIR/NAME-TIMESTAMP)")
+    run.add_argument("--no-progress", action="store_true", help="no progress bar")
+    resume = sub.add_parser("resume", help="continue a run from its last checkpoint")
+    resume.add_argument("run_dir")
+    resume.add_argument("--rounds", type=int, help="extend the run to this many rounds")
+    resume.add_argument("--no-progress", action="store_true")
+    check = sub.add_parser("check", help="validate a config (and that its data set is there), run nothing")
+    check.add_argument("config")
+    check.add_argument("overrides", nargs="*")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    try:
+        if args.command == "resume":
+            run_dir = Path(args.run_dir)
+            config = _resume_config(run_dir, args.rounds)
+        else:
+            config = load_config(args.config, args.overrides)
+            run_dir = Path(args.run_dir) if getattr(args, "run_dir", None) else _default_run_dir(config)
+        _check_data(config)
+    except (ConfigError, FileNotFoundError, ValueError) as err:
+        print(f"fedray: error: {err}", file=sys.stderr)
+        return EXIT_CONFIG
+    if args.command == "check":
+        print(f"config ok: {config.name} ({config.algorithm.name}, {config.federation.num_clients} clients, "
+              f"{config.data.dataset})")
+        return 0
+
+    from actors.driver import RunFailed, run_experiment
+
+    print(f"fedray: run folder {run_dir}  (tensorboard --logdir {run_dir.parent})", file=sys.stderr)
+    try:
+        summary = run_experiment(config, run_dir, resume=args.command == "resume",
+                                 progress=not args.no_progress)
+    except RunFailed as err:
+        print(f"fedray: error: {err}", file=sys.stderr)
+        return EXIT_RUN
+    print(json.dumps({"run_dir": str(run_dir), **summary["final"],
+                      "best_accuracy": summary["best_accuracy"]}, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

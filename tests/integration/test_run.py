@@ -1,0 +1,74 @@
+"""Real multi-actor runs on Fashion-MNIST: learning, logging, checkpoints, resume, failures."""
+
+import json
+
+import numpy as np
+import pytest
+import ray
+import torch
+
+from actors.client import ClientActorLost, RayExecutor
+from actors.driver import RunFailed, run_experiment
+from fedray.federation import Federation
+from fedray.tracking import read_scalars
+from fedray.weights import nbytes
+from tests.integration.conftest import small_config
+
+pytestmark = pytest.mark.integration
+
+
+def test_two_architectures_on_four_actors_learn_and_log(local_ray, tmp_path):
+    config = small_config()
+    summary = run_experiment(config, tmp_path, progress=False)
+    assert summary["executor"] == {"backend": "ray", "actors": 4, "clients_per_actor": [3, 3, 2, 2]}
+    scalars = read_scalars(tmp_path)
+    for arch in ("mlp", "lenet5"):
+        steps = [s for s, _ in scalars[f"eval/accuracy/{arch}"]]
+        assert steps == [1, 2, 3]
+        assert scalars[f"eval/accuracy/{arch}"][-1][1] > 0.70  # chance is 0.10
+    assert summary["final"]["eval/accuracy"] == pytest.approx(scalars["eval/accuracy"][-1][1])
+    # bytes down: every participant downloads its architecture's full float32 model, exactly
+    state = torch.load(tmp_path / "checkpoint.pt", weights_only=False)["strategy"]["models"]
+    sizes = {arch: nbytes(w) for arch, w in state.items()}
+    down = [v for _, v in scalars["comm/bytes_down"]]
+    assert all(min(sizes.values()) * 6 <= d <= max(sizes.values()) * 6 for d in down)
+    assert scalars["comm/bytes_down_total"][-1][1] == pytest.approx(sum(down))
+    assert scalars["train/loss"][-1][1] < scalars["train/loss"][0][1]
+    assert json.loads((tmp_path / "result.json").read_text())["rounds"] == 3
+
+
+def test_resume_ends_exactly_like_an_uninterrupted_run(local_ray, tmp_path):
+    whole, split = tmp_path / "whole", tmp_path / "split"
+    config = small_config(federation={"rounds": 4}, checkpoint_every=2)
+    run_experiment(config, whole, progress=False)
+    run_experiment(small_config(federation={"rounds": 2}, checkpoint_every=2), split, progress=False)
+    resumed = run_experiment(config, split, resume=True, progress=False)
+    assert resumed["rounds"] == 4
+    a = torch.load(whole / "checkpoint.pt", weights_only=False)
+    b = torch.load(split / "checkpoint.pt", weights_only=False)
+    for arch in a["strategy"]["models"]:
+        for name, value in a["strategy"]["models"][arch].items():
+            np.testing.assert_array_equal(value, b["strategy"]["models"][arch][name])
+    assert read_scalars(whole)["eval/accuracy"] == read_scalars(split)["eval/accuracy"]
+
+
+def test_a_killed_client_actor_gives_one_message_and_the_run_resumes(local_ray, tmp_path):
+    config = small_config(federation={"rounds": 3}, checkpoint_every=1)
+    fed = Federation(config, tmp_path, RayExecutor)
+    fed.run_round()
+    ray.kill(fed.executor.actors[1])
+    with pytest.raises(ClientActorLost) as info:
+        for _ in range(2):  # actor 1 hosts 3 of 10 clients: some round soon samples one of them
+            fed.run_round()
+    assert "client actor (hosting clients [1, 5, 9]) died" in str(info.value)
+    saved = torch.load(tmp_path / "checkpoint.pt", weights_only=False)["round"]
+    assert saved == fed.round - 1
+    fed.executor.shutdown()
+    summary = run_experiment(config, tmp_path, resume=True, progress=False)
+    assert summary["rounds"] == 3 and summary["final"]["eval/accuracy"] > 0.6
+
+
+def test_runtime_errors_name_the_resume_command(local_ray, tmp_path):
+    config = small_config(runtime={"actor_cpus": 1, "clients_per_actor": 1})
+    with pytest.raises(RunFailed, match="10 client actors x 1 CPUs do not fit the cluster"):
+        run_experiment(config, tmp_path, progress=False)
