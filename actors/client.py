@@ -6,8 +6,10 @@ from typing import Any
 
 import ray
 from ray.exceptions import RayActorError
+from ray.util import ActorPool
 
 from actors.placement import assign_clients, num_client_actors
+from fedray.algorithms import get_algorithm
 from fedray.clients import ClientHost
 from fedray.config import Config
 from fedray.messages import ClientSpec, ClientUpdate, RoundPlan
@@ -27,9 +29,12 @@ class ClientActor(ClientHost):
 class RayExecutor:
     """Starts the client actors and runs each round's tasks on them.
 
-    The training set is put in the object store once; every actor reads its clients' shards from
-    it. Each round, every broadcast payload is put once (one per architecture) and every task is
-    submitted before any result is gathered.
+    The training set is put in the object store once and every actor reads shards from it. Each
+    client has a home actor (round-robin) that keeps its shard and persistent state. Each round,
+    every broadcast payload is put once (one per architecture). Tasks of a stateful method run on
+    their clients' home actors, all submitted before any result is gathered; tasks of a stateless
+    method go to whichever actor is free (``ray.util.ActorPool``), longest first, so a round is not
+    held up by an actor that happened to draw more of its clients.
     """
 
     def __init__(self, config: Config, specs: list[ClientSpec], data):
@@ -37,19 +42,30 @@ class RayExecutor:
         resources = ray.cluster_resources()
         n = num_client_actors(len(specs), rt, resources.get("CPU", 0.0), resources.get("GPU", 0.0))
         remote = ray.remote(num_cpus=rt.actor_cpus, num_gpus=rt.actor_gpus)(ClientActor)
-        x_ref, y_ref = ray.put(data.train_x), ray.put(data.train_y)
+        x_ref, y_ref, specs_ref = ray.put(data.train_x), ray.put(data.train_y), ray.put(specs)
         self.groups = assign_clients(specs, n)
-        self.actors = [remote.remote(config, group, x_ref, y_ref, data.num_classes, rt.actor_gpus)
+        self.actors = [remote.remote(config, specs_ref, x_ref, y_ref, data.num_classes, rt.actor_gpus,
+                                     [c.client_id for c in group])
                        for group in self.groups]
         self.owner = {spec.client_id: actor for actor, group in zip(self.actors, self.groups) for spec in group}
+        self.sizes = {spec.client_id: spec.num_samples for spec in specs}
+        self.pinned = get_algorithm(config.algorithm.name).Client.stateful
         self._gather([a.hosted.remote() for a in self.actors], "start-up")
 
     def execute(self, plan: RoundPlan) -> list[ClientUpdate]:
         refs = {key: ray.put(payload) for key, payload in plan.broadcast.items()}
-        futures = [self.owner[t.client_id].run.remote(t, *(refs[k] for k in t.payload_keys))
-                   for t in plan.tasks]
-        round_ = plan.tasks[0].round if plan.tasks else 0
-        return sorted(self._gather(futures, f"round {round_}"), key=lambda u: u.client_id)
+        stage = f"round {plan.tasks[0].round if plan.tasks else 0}"
+
+        def submit(actor, task):
+            return actor.run.remote(task, *(refs[k] for k in task.payload_keys))
+
+        if self.pinned:
+            updates = self._gather([submit(self.owner[t.client_id], t) for t in plan.tasks], stage)
+        else:
+            longest_first = sorted(plan.tasks, key=lambda t: -self.sizes[t.client_id])
+            pool = ActorPool(self.actors)
+            updates = self._collect(lambda: list(pool.map_unordered(submit, longest_first)), stage)
+        return sorted(updates, key=lambda u: u.client_id)
 
     def client_states(self) -> dict[int, dict[str, Any]]:
         states: dict[int, dict[str, Any]] = {}
@@ -72,8 +88,11 @@ class RayExecutor:
             ray.kill(actor)
 
     def _gather(self, futures: list, stage: str) -> list:
+        return self._collect(lambda: ray.get(futures), stage)
+
+    def _collect(self, wait, stage: str) -> list:
         try:
-            return ray.get(futures)
+            return wait()
         except RayActorError as err:
             lost = next((g for a, g in zip(self.actors, self.groups) if _is_dead(a)), [])
             ids = [c.client_id for c in lost]

@@ -13,7 +13,7 @@ from typing import Any, Callable, Optional
 
 import ray
 import torch
-from ray.exceptions import RayTaskError
+from ray.exceptions import RayActorError, RayTaskError
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 from tqdm import tqdm
 
@@ -55,13 +55,15 @@ def _local_stepper(config: Config, run_dir: Path, resume: bool) -> _Stepper:
 
 
 def start_server(config: Config, run_dir: Path, resume: bool):
-    """The ServerActor, pinned to this node, with its own CPU/GPU request from the config."""
+    """The started ServerActor, pinned to this node, with its own CPU/GPU request from the config."""
     rt = config.runtime
     here = ray.get_runtime_context().get_node_id()
-    return ray.remote(ServerActor).options(
+    server = ray.remote(ServerActor).options(
         num_cpus=rt.server_cpus, num_gpus=rt.server_gpus,
         scheduling_strategy=NodeAffinitySchedulingStrategy(node_id=here, soft=False),
     ).remote(config, str(run_dir), resume)
+    ray.get(server.start.remote())
+    return server
 
 
 def _ray_stepper(config: Config, run_dir: Path, resume: bool) -> _Stepper:
@@ -104,6 +106,8 @@ def run_experiment(config: Config, run_dir: str | Path, resume: bool = False,
     except RayTaskError as err:
         cause = err.cause if getattr(err, "cause", None) is not None else err
         raise RunFailed(_resume_hint(_one_line(cause), run_dir)) from None
+    except RayActorError as err:
+        raise RunFailed(_resume_hint(f"the server actor died: {_one_line(err)}", run_dir)) from None
     except (RuntimeError, ValueError, OSError) as err:
         raise RunFailed(_resume_hint(_one_line(err), run_dir)) from None
 

@@ -15,8 +15,17 @@ from fedray.messages import RoundResult
 
 
 class ServerActor:
+    """The constructor only stores its arguments; ``start`` builds the federation, so a failure
+    there (missing data, actors that do not fit) reaches the driver as an ordinary task error."""
+
     def __init__(self, config: Config, run_dir: str, resume: bool = False):
+        self.args = (config, run_dir, resume)
+        self.federation: Federation | None = None
+
+    def start(self) -> int:
+        config, run_dir, resume = self.args
         self.federation = Federation(config, run_dir, RayExecutor, resume=resume)
+        return self.federation.round
 
     def current_round(self) -> int:
         return self.federation.round

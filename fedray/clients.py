@@ -36,35 +36,50 @@ class ClientHost:
 
     Args:
         config: the run's config.
-        specs: the hosted clients (id, architecture, sample indices).
-        train_x, train_y: the whole training set (shared, read-only); each client copies its shard.
+        specs: every client this host may serve (id, architecture, sample indices).
+        train_x, train_y: the whole training set (shared and read-only: with Ray, zero-copy views
+            of the object store).
         num_classes: classes of the data set.
         gpus: the GPU share this host was given (0 for CPU).
+        home: ids of the clients whose data and persistent state live here (default: all of
+            ``specs``). Other clients of ``specs`` are served on demand, only for stateless methods.
     """
 
     def __init__(self, config: Config, specs: list[ClientSpec], train_x: np.ndarray, train_y: np.ndarray,
-                 num_classes: int, gpus: float = 0.0):
+                 num_classes: int, gpus: float = 0.0, home: list[int] | None = None):
         threads = config.runtime.torch_threads or max(1, int(config.runtime.actor_cpus))
         torch.set_num_threads(threads)
         self.device = resolve_device(config.runtime.device, gpus)
         algorithm = get_algorithm(config.algorithm.name)
         build = model_builder(config, train_x.shape[1:], num_classes)
         self.algorithm = algorithm.Client(config.algorithm_params(), config, build, self.device)
+        self.train_x, self.train_y = train_x, train_y
+        self.specs = {spec.client_id: spec for spec in specs}
+        home_ids = set(self.specs) if home is None else set(home)
         self.clients: dict[int, VirtualClient] = {}
-        for spec in specs:
-            client = VirtualClient(
-                spec,
-                torch.from_numpy(np.ascontiguousarray(train_x[spec.indices])).to(self.device),
-                torch.from_numpy(np.ascontiguousarray(train_y[spec.indices])).to(self.device),
-            )
+        for cid in sorted(home_ids):
+            client = self._materialise(self.specs[cid])
             client.state = self.algorithm.init_state(client)
-            self.clients[spec.client_id] = client
+            self.clients[cid] = client
+
+    def _materialise(self, spec: ClientSpec) -> VirtualClient:
+        """The client's shard copied out of the shared arrays onto this host's device."""
+        x = torch.from_numpy(np.ascontiguousarray(self.train_x[spec.indices])).to(self.device)
+        y = torch.from_numpy(np.ascontiguousarray(self.train_y[spec.indices])).to(self.device)
+        return VirtualClient(spec, x, y)
+
+    def _client(self, task: ClientTask) -> VirtualClient:
+        if task.client_id in self.clients:
+            return self.clients[task.client_id]
+        if self.algorithm.stateful or task.client_id not in self.specs:
+            raise ClientFailure(task.client_id, task.round, "dispatch", "client is not hosted here")
+        visitor = self._materialise(self.specs[task.client_id])
+        visitor.state = self.algorithm.init_state(visitor)
+        return visitor
 
     def run(self, task: ClientTask, *payloads: Any) -> ClientUpdate:
         """Run one task; ``payloads`` are the broadcast entries named by ``task.payload_keys``."""
-        client = self.clients.get(task.client_id)
-        if client is None:
-            raise ClientFailure(task.client_id, task.round, "dispatch", "client is not hosted here")
+        client = self._client(task)
         try:
             return self.algorithm.run(task, dict(zip(task.payload_keys, payloads)), client)
         except Exception as err:  # report which client and stage, keep the traceback text

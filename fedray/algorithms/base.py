@@ -77,7 +77,14 @@ def round_rng(seed: int, round: int) -> np.random.Generator:
 
 
 class ClientAlgorithm:
-    """Client half of a method. One instance per host; it serves all clients of that host."""
+    """Client half of a method. One instance per host; it serves all clients of that host.
+
+    ``stateful``: set True when ``run`` keeps state in ``client.state`` from one round to the next
+    (error-feedback residuals, local optimiser state). Such clients always run on their home host,
+    where the state lives; clients of a stateless method may run on any free host.
+    """
+
+    stateful: ClassVar[bool] = False
 
     def __init__(self, params: Params, config: Config, build_model: Callable[[str], torch.nn.Module],
                  device: torch.device):

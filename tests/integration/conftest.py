@@ -20,7 +20,7 @@ def small_config(**sections):
         "data": {"dataset": "fashion_mnist", "train_limit": 6000, "test_limit": 2000},
         "federation": {"num_clients": 10, "clients_per_round": 6, "rounds": 3,
                        "architectures": {"mlp": 5, "lenet5": 5}},
-        "training": {"lr": 0.05, "batch_size": 32, "epochs": 1},
+        "training": {"lr": 0.02, "momentum": 0.9, "batch_size": 32, "epochs": 1},
         "runtime": {"actor_cpus": 0.5, "clients_per_actor": 3},
     }
     for section, values in sections.items():
