@@ -50,14 +50,32 @@ def _parser() -> argparse.ArgumentParser:
     resume.add_argument("run_dir")
     resume.add_argument("--rounds", type=int, help="extend the run to this many rounds")
     resume.add_argument("--no-progress", action="store_true")
+    report = sub.add_parser("report", help="summarise a run; with --target, rounds and MB to reach it")
+    report.add_argument("run_dir")
+    report.add_argument("--target", type=float, help="target test accuracy, e.g. 0.89")
+    report.add_argument("--tag", default="eval/accuracy", help="the scalar to compare with the target")
     check = sub.add_parser("check", help="validate a config (and that its data set is there), run nothing")
     check.add_argument("config")
     check.add_argument("overrides", nargs="*")
     return parser
 
 
+def _report(args) -> int:
+    from fedray.tracking import target_report
+
+    try:
+        report = target_report(args.run_dir, args.target, args.tag)
+    except ValueError as err:
+        print(f"fedray: error: {err}", file=sys.stderr)
+        return EXIT_CONFIG
+    print(json.dumps(report, indent=2))
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
+    if args.command == "report":
+        return _report(args)
     try:
         if args.command == "resume":
             run_dir = Path(args.run_dir)

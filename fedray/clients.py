@@ -8,6 +8,7 @@ round's payloads and updates crosses the actor boundary.
 
 from __future__ import annotations
 
+import os
 import traceback
 from typing import Any, Callable
 
@@ -43,12 +44,13 @@ class ClientHost:
         gpus: the GPU share this host was given (0 for CPU).
         home: ids of the clients whose data and persistent state live here (default: all of
             ``specs``). Other clients of ``specs`` are served on demand, only for stateless methods.
+        threads: torch threads (default ``runtime.torch_threads``, else the actor's whole CPUs).
     """
 
     def __init__(self, config: Config, specs: list[ClientSpec], train_x: np.ndarray, train_y: np.ndarray,
-                 num_classes: int, gpus: float = 0.0, home: list[int] | None = None):
-        threads = config.runtime.torch_threads or max(1, int(config.runtime.actor_cpus))
-        torch.set_num_threads(threads)
+                 num_classes: int, gpus: float = 0.0, home: list[int] | None = None,
+                 threads: int | None = None):
+        torch.set_num_threads(threads or config.runtime.torch_threads or max(1, int(config.runtime.actor_cpus)))
         self.device = resolve_device(config.runtime.device, gpus)
         algorithm = get_algorithm(config.algorithm.name)
         build = model_builder(config, train_x.shape[1:], num_classes)
@@ -102,7 +104,8 @@ class LocalExecutor:
     """Runs every client in this process, one after another (``runtime.backend: local``)."""
 
     def __init__(self, config: Config, specs: list[ClientSpec], data):
-        self.host = ClientHost(config, specs, data.train_x, data.train_y, data.num_classes)
+        threads = config.runtime.torch_threads or os.cpu_count() or 1
+        self.host = ClientHost(config, specs, data.train_x, data.train_y, data.num_classes, threads=threads)
 
     def execute(self, plan) -> list[ClientUpdate]:
         updates = [self.host.run(t, *(plan.broadcast[k] for k in t.payload_keys)) for t in plan.tasks]

@@ -61,3 +61,25 @@ def read_scalars(run_dir: str | Path) -> dict[str, list[tuple[int, float]]]:
     acc = EventAccumulator(str(run_dir), size_guidance={"scalars": 0})
     acc.Reload()
     return {tag: [(e.step, e.value) for e in acc.Scalars(tag)] for tag in acc.Tags()["scalars"]}
+
+
+def target_report(run_dir: str | Path, target: Optional[float] = None, tag: str = "eval/accuracy") -> dict[str, Any]:
+    """Summary of a run from its event files; with ``target``, the first round whose ``tag`` reaches
+    it and the megabytes sent up and down until then (as in thesis Table 4.2)."""
+    scalars = read_scalars(run_dir)
+    if tag not in scalars:
+        raise ValueError(f"{run_dir} has no '{tag}' values; tags there: {', '.join(sorted(scalars)) or 'none'}")
+    accuracy = scalars[tag]
+    up = dict(scalars.get("comm/bytes_up_total", []))
+    down = dict(scalars.get("comm/bytes_down_total", []))
+    report: dict[str, Any] = {
+        "rounds": max(step for step, _ in accuracy), "final": accuracy[-1][1],
+        "best": max(v for _, v in accuracy),
+        "mb_up": max(up.values(), default=0.0) / 1e6, "mb_down": max(down.values(), default=0.0) / 1e6,
+    }
+    if target is not None:
+        hit = next((step for step, value in accuracy if value >= target), None)
+        report.update({"target": target, "round_reached": hit,
+                       "mb_up_to_target": up[hit] / 1e6 if hit else None,
+                       "mb_down_to_target": down[hit] / 1e6 if hit else None})
+    return report

@@ -139,6 +139,16 @@ def part(which: str) -> dict:
     return {"side": which, "wall_s": wall, "updates_per_s": updates / wall, "peak_mem_mb": mem.peak / 2**20, **result}
 
 
+def cpu_model() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--part", choices=["plain", "fedray"], help=argparse.SUPPRESS)
@@ -155,7 +165,7 @@ def main() -> None:
             sys.exit(f"{side} run failed:\n{out.stderr[-3000:]}")
         results[side] = json.loads(line[len("RESULT "):])
     ratio = results["fedray"]["wall_s"] / results["plain"]["wall_s"]
-    machine = f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores, " \
+    machine = f"{cpu_model()}, {os.cpu_count()} cores, " \
               f"{psutil.virtual_memory().total / 2**30:.0f} GiB, Python {platform.python_version()}"
     print(f"W1 on {machine}")
     print(f"{'':8} {'wall s':>8} {'updates/s':>10} {'peak MB':>9} {'accuracy':>9}")

@@ -16,11 +16,12 @@ if [ ! -x .venv/bin/python ]; then
 fi
 if [ "$(cat .venv/.fedray-stamp 2>/dev/null)" != "$(stamp_of)" ]; then
     echo "setup: installing packages into .venv (about a minute on a fresh machine)" >&2
-    .venv/bin/python -m pip install -q --upgrade pip
-    if [ -n "${FEDRAY_NO_PIN:-}" ]; then
-        .venv/bin/python -m pip install -q -e '.[test]'
-    else
-        .venv/bin/python -m pip install -q -c scripts/constraints-cpu.txt -e '.[test]'
+    pins=(-c scripts/constraints-cpu.txt); [ -z "${FEDRAY_NO_PIN:-}" ] || pins=()
+    if ! { .venv/bin/python -m pip install --upgrade pip && \
+           .venv/bin/python -m pip install "${pins[@]}" -e '.[test]'; } > .venv/install.log 2>&1; then
+        tail -n 30 .venv/install.log >&2
+        echo "setup: pip install failed (whole log: .venv/install.log)" >&2
+        exit 1
     fi
     stamp_of > .venv/.fedray-stamp
 fi

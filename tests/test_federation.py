@@ -8,7 +8,7 @@ from tensorboard.backend.event_processing.event_accumulator import EventAccumula
 from fedray.clients import LocalExecutor
 from fedray.config import build_config
 from fedray.federation import Federation
-from fedray.tracking import read_scalars
+from fedray.tracking import read_scalars, target_report
 
 
 def digits(algorithm, rounds, **extra):
@@ -37,6 +37,13 @@ def test_fedavg_learns_digits_and_logs_every_round(tmp_path):
         assert len(scalars[tag]) == 5
     model_bytes = sum(w.nbytes for w in fed.strategy.models["mlp"].values())
     assert all(v == 5 * model_bytes for _, v in scalars["comm/bytes_up"])  # 5 clients upload theta_i
+    accuracies = [v for _, v in scalars["eval/accuracy"]]
+    target = (accuracies[1] + accuracies[2]) / 2  # first reached in round 3 (accuracy rises here)
+    reached = next(i + 1 for i, a in enumerate(accuracies) if a >= target)
+    report = target_report(tmp_path, target)
+    assert report["round_reached"] == reached and report["rounds"] == 5
+    assert report["mb_up_to_target"] == pytest.approx(reached * 5 * model_bytes / 1e6)
+    assert target_report(tmp_path, 1.01)["round_reached"] is None
     acc = EventAccumulator(str(tmp_path))
     acc.Reload()
     assert "data/partition" in acc.Tags()["images"]
