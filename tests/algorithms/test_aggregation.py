@@ -80,3 +80,14 @@ def test_fedprox_proximal_term_and_gradient():
     assert value.item() == 0.5 * 0.5 * (4 + 4)  # mu/2 ||w - w_t||^2
     value.backward()
     assert torch.equal(model.w.grad, torch.tensor([1.0, 1.0]))  # mu (w - w_t)
+
+
+def test_one_broadcast_entry_per_architecture():
+    config = build_config({"federation": {"num_clients": 6, "clients_per_round": 4, "architectures": {"mlp": 3, "logreg": 3}}})
+    specs = [ClientSpec(i, "mlp" if i < 3 else "logreg", np.arange(5)) for i in range(6)]
+    s = get_algorithm("fedavg")(config.algorithm_params(), ServerContext(config, specs, lambda arch: Tiny()))
+    for rnd in range(1, 6):
+        plan = s.configure_round(rnd)
+        archs = {t.arch for t in plan.tasks}
+        assert set(plan.broadcast) == {f"model/{a}" for a in archs}
+        assert all(t.payload_keys == (f"model/{t.arch}",) for t in plan.tasks) and len(plan.tasks) == 4
