@@ -104,12 +104,18 @@ def run_experiment(config: Config, run_dir: str | Path, resume: bool = False,
     except KeyboardInterrupt:
         raise RunFailed(_resume_hint("interrupted", run_dir)) from None
     except RayTaskError as err:
-        cause = err.cause if getattr(err, "cause", None) is not None else err
-        raise RunFailed(_resume_hint(_one_line(cause), run_dir)) from None
+        raise RunFailed(_resume_hint(_one_line(root_cause(err)), run_dir)) from None
     except RayActorError as err:
         raise RunFailed(_resume_hint(f"the server actor died: {_one_line(err)}", run_dir)) from None
     except (RuntimeError, ValueError, OSError) as err:
         raise RunFailed(_resume_hint(_one_line(err), run_dir)) from None
+
+
+def root_cause(err: BaseException) -> BaseException:
+    """The original exception under Ray's task-error wrappers (a client's error passes two actors)."""
+    while isinstance(err, RayTaskError) and getattr(err, "cause", None) is not None and err.cause is not err:
+        err = err.cause
+    return err
 
 
 def _one_line(err: BaseException) -> str:

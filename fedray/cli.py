@@ -54,6 +54,12 @@ def _parser() -> argparse.ArgumentParser:
     report.add_argument("run_dir")
     report.add_argument("--target", type=float, help="target test accuracy, e.g. 0.89")
     report.add_argument("--tag", default="eval/accuracy", help="the scalar to compare with the target")
+    plot = sub.add_parser("plot", help="draw a scalar of several runs into a PNG")
+    plot.add_argument("run_dirs", nargs="+")
+    plot.add_argument("--out", default="plot.png")
+    plot.add_argument("--tag", default="eval/accuracy")
+    plot.add_argument("--x", dest="x_axis", choices=["round", "mb_up"], default="round")
+    plot.add_argument("--labels", help="comma-separated legend labels, one per run")
     check = sub.add_parser("check", help="validate a config (and that its data set is there), run nothing")
     check.add_argument("config")
     check.add_argument("overrides", nargs="*")
@@ -72,10 +78,27 @@ def _report(args) -> int:
     return 0
 
 
+def _plot(args) -> int:
+    from fedray.tracking import plot_runs
+
+    labels = args.labels.split(",") if args.labels else None
+    if labels and len(labels) != len(args.run_dirs):
+        print(f"fedray: error: {len(labels)} labels for {len(args.run_dirs)} runs", file=sys.stderr)
+        return EXIT_CONFIG
+    try:
+        print(plot_runs(args.run_dirs, args.out, args.tag, args.x_axis, labels))
+    except (ValueError, KeyError) as err:
+        print(f"fedray: error: {err}", file=sys.stderr)
+        return EXIT_CONFIG
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     if args.command == "report":
         return _report(args)
+    if args.command == "plot":
+        return _plot(args)
     try:
         if args.command == "resume":
             run_dir = Path(args.run_dir)

@@ -83,3 +83,33 @@ def target_report(run_dir: str | Path, target: Optional[float] = None, tag: str 
                        "mb_up_to_target": up[hit] / 1e6 if hit else None,
                        "mb_down_to_target": down[hit] / 1e6 if hit else None})
     return report
+
+
+def plot_runs(run_dirs: list[str | Path], out: str | Path, tag: str = "eval/accuracy",
+              x_axis: str = "round", labels: Optional[list[str]] = None) -> Path:
+    """Draw ``tag`` of several runs against rounds or cumulative MB uploaded into a PNG."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    if x_axis not in ("round", "mb_up"):
+        raise ValueError(f"x axis must be 'round' or 'mb_up', got {x_axis!r}")
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    for i, run_dir in enumerate(run_dirs):
+        scalars = read_scalars(run_dir)
+        if tag not in scalars:
+            raise ValueError(f"{run_dir} has no '{tag}' values")
+        steps, values = zip(*scalars[tag])
+        if x_axis == "mb_up":
+            up = dict(scalars["comm/bytes_up_total"])
+            steps = [up[s] / 1e6 for s in steps]
+        ax.plot(steps, values, marker="o", markersize=3, label=labels[i] if labels else Path(run_dir).name)
+    ax.set_xlabel("round" if x_axis == "round" else "MB uploaded (all clients)")
+    ax.set_ylabel(tag)
+    ax.grid(alpha=0.3)
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(out, dpi=120)
+    plt.close(fig)
+    return Path(out)

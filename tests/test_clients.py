@@ -49,3 +49,10 @@ def test_visitor_of_a_stateful_method_is_refused(host_and_task, monkeypatch):
     monkeypatch.setattr(FedAvgClient, "stateful", True)
     with pytest.raises(ClientFailure, match="client 1 failed in round 1 during dispatch: client is not hosted here"):
         host.run(task, weights)
+
+
+def test_a_failing_client_names_itself_its_round_and_stage(host_and_task):
+    host, task, _, _ = host_and_task
+    wrong = get_weights(create_model("logreg", (4,), 5))  # a model for 5 classes, not 3
+    with pytest.raises(ClientFailure, match=r"client 1 failed in round 1 during local training: RuntimeError"):
+        host.run(task, wrong)

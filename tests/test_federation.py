@@ -8,7 +8,7 @@ from tensorboard.backend.event_processing.event_accumulator import EventAccumula
 from fedray.clients import LocalExecutor
 from fedray.config import build_config
 from fedray.federation import Federation
-from fedray.tracking import read_scalars, target_report
+from fedray.tracking import plot_runs, read_scalars, target_report
 
 
 def digits(algorithm, rounds, **extra):
@@ -44,6 +44,10 @@ def test_fedavg_learns_digits_and_logs_every_round(tmp_path):
     assert report["round_reached"] == reached and report["rounds"] == 5
     assert report["mb_up_to_target"] == pytest.approx(reached * 5 * model_bytes / 1e6)
     assert target_report(tmp_path, 1.01)["round_reached"] is None
+    png = plot_runs([tmp_path], tmp_path / "p.png", x_axis="mb_up")
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 10_000
+    with pytest.raises(ValueError, match="has no 'eval/nope' values"):
+        plot_runs([tmp_path], tmp_path / "q.png", tag="eval/nope")
     acc = EventAccumulator(str(tmp_path))
     acc.Reload()
     assert "data/partition" in acc.Tags()["images"]

@@ -8,8 +8,9 @@ import ray
 import torch
 
 from actors.client import ClientActorLost, RayExecutor
-from actors.driver import RunFailed, run_experiment
+from actors.driver import RunFailed, root_cause, run_experiment
 from fedray.federation import Federation
+from fedray.messages import ClientFailure, ClientTask, RoundPlan
 from fedray.tracking import read_scalars
 from fedray.weights import nbytes
 from tests.integration.conftest import small_config
@@ -72,3 +73,14 @@ def test_runtime_errors_name_the_resume_command(local_ray, tmp_path):
     config = small_config(runtime={"actor_cpus": 1, "clients_per_actor": 1})
     with pytest.raises(RunFailed, match="10 client actors x 1 CPUs do not fit the cluster"):
         run_experiment(config, tmp_path, progress=False)
+
+
+def test_a_failing_client_reaches_the_driver_as_one_line(local_ray, tmp_path):
+    fed = Federation(small_config(), tmp_path, RayExecutor)
+    bad = RoundPlan([ClientTask(3, 1, "mlp", ("model/mlp",), 0)], {"model/mlp": fed.strategy.models["lenet5"]})
+    with pytest.raises(ClientFailure) as info:
+        fed.executor.execute(bad)
+    cause = root_cause(info.value)
+    assert type(cause) is ClientFailure and cause.client_id == 3 and cause.stage == "local training"
+    assert str(cause).startswith("client 3 failed in round 1 during local training: RuntimeError")
+    fed.executor.shutdown()
