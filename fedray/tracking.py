@@ -55,12 +55,23 @@ class RunWriter:
 
 
 def read_scalars(run_dir: str | Path) -> dict[str, list[tuple[int, float]]]:
-    """Every scalar series in a run's event files, as ``{tag: [(step, value), ...]}`` by step."""
+    """Every scalar series in a run's event files, as ``{tag: [(step, value), ...]}`` by step.
+
+    A resumed run adds a second event file. Where both hold a step, the later-written value (the
+    resumed run's) wins, whatever order the files are read in.
+    """
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
     acc = EventAccumulator(str(run_dir), size_guidance={"scalars": 0})
     acc.Reload()
-    return {tag: [(e.step, e.value) for e in acc.Scalars(tag)] for tag in acc.Tags()["scalars"]}
+    series = {}
+    for tag in acc.Tags()["scalars"]:
+        latest: dict[int, tuple[float, float]] = {}
+        for e in acc.Scalars(tag):
+            if e.step not in latest or e.wall_time >= latest[e.step][0]:
+                latest[e.step] = (e.wall_time, e.value)
+        series[tag] = [(step, latest[step][1]) for step in sorted(latest)]
+    return series
 
 
 def target_report(run_dir: str | Path, target: Optional[float] = None, tag: str = "eval/accuracy") -> dict[str, Any]:
