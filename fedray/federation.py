@@ -105,11 +105,11 @@ class Federation:
         self.history: list[dict[str, float]] = []
         checkpoint = self._read_checkpoint() if resume else None
         self.executor = executor_factory(config, self.clients, self.data)
+        save_config(config, self.run_dir / "config.yaml")  # on resume, records an extended round count
         if checkpoint is not None:
             self._restore(checkpoint)
             self.writer = RunWriter(self.run_dir, purge_step=self.round + 1)
         else:
-            save_config(config, self.run_dir / "config.yaml")
             self.writer = RunWriter(self.run_dir)
             self._log_setup()
 

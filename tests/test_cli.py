@@ -1,0 +1,37 @@
+"""The CLI end to end on the local backend: run, resume to extend a finished run, report."""
+
+import json
+
+import numpy as np
+import torch
+
+from fedray.cli import main
+from fedray.tracking import read_scalars
+
+
+def test_run_then_extend_with_resume_matches_a_longer_run(tmp_path, capsys):
+    config = tmp_path / "c.yaml"
+    config.write_text(
+        "name: cli\ncheckpoint_every: 1\ndata: {dataset: digits}\n"
+        "federation: {num_clients: 10, clients_per_round: 5, rounds: 2, architectures: {mlp: 10}}\n"
+        "training: {lr: 0.1, batch_size: 16}\nruntime: {backend: local, torch_threads: 1}\n")
+    short, long = tmp_path / "short", tmp_path / "long"
+    assert main(["run", str(config), "--run-dir", str(short), "--no-progress"]) == 0
+    assert main(["resume", str(short), "--rounds", "4", "--no-progress"]) == 0
+    assert main(["run", str(config), "federation.rounds=4", "--run-dir", str(long), "--no-progress"]) == 0
+    a = torch.load(short / "checkpoint.pt", weights_only=False)
+    b = torch.load(long / "checkpoint.pt", weights_only=False)
+    assert a["round"] == b["round"] == 4
+    for name, value in a["strategy"]["models"]["mlp"].items():
+        np.testing.assert_array_equal(value, b["strategy"]["models"]["mlp"][name])
+    assert [s for s, _ in read_scalars(short)["eval/accuracy"]] == [1, 2, 3, 4]
+    assert "rounds: 4" in (short / "config.yaml").read_text()
+    capsys.readouterr()
+    assert main(["report", str(short), "--target", "0.0"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["rounds"] == 4 and report["round_reached"] == 1
+
+
+def test_resume_of_a_folder_that_is_not_a_run(tmp_path, capsys):
+    assert main(["resume", str(tmp_path)]) == 2
+    assert "is not a fedray run folder" in capsys.readouterr().err
