@@ -93,3 +93,13 @@ def test_cli_missing_dataset_is_one_line(tmp_path, capsys):
 def test_cli_missing_config_file(tmp_path, capsys):
     assert main(["check", str(tmp_path / "absent.yaml")]) == 2
     assert "does not exist" in capsys.readouterr().err
+
+
+def test_every_shipped_config_is_valid():
+    from pathlib import Path
+
+    configs = sorted((Path(__file__).resolve().parents[1] / "configs").glob("*.yaml"))
+    assert len(configs) >= 8
+    for path in configs:
+        config = load_config(path)
+        assert config.name, path

@@ -17,6 +17,7 @@ extra broadcast payloads and extra update contents; the runtime only moves the t
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from typing import Any, Callable, ClassVar
 
@@ -76,7 +77,7 @@ def round_rng(seed: int, round: int) -> np.random.Generator:
     return np.random.default_rng([seed, round, 0x5EED])
 
 
-class ClientAlgorithm:
+class ClientAlgorithm(ABC):
     """Client half of a method. One instance per host; it serves all clients of that host.
 
     ``stateful``: set True when ``run`` keeps state in ``client.state`` from one round to the next
@@ -104,11 +105,12 @@ class ClientAlgorithm:
         """Persistent per-client state before round one (empty for stateless methods)."""
         return {}
 
+    @abstractmethod
     def run(self, task: ClientTask, payloads: dict[str, Any], client: VirtualClient) -> ClientUpdate:
-        raise NotImplementedError
+        """Train (or otherwise serve) ``client`` for one round and answer with its update."""
 
 
-class Strategy:
+class Strategy(ABC):
     """Server half of a method.
 
     Subclasses set ``name``, ``Params`` and ``Client`` and override hooks. ``pools_data`` makes the
@@ -149,8 +151,9 @@ class Strategy:
         ]
         return RoundPlan(tasks=tasks, broadcast=broadcast)
 
+    @abstractmethod
     def aggregate(self, round: int, updates: list[ClientUpdate]) -> dict[str, float]:
-        raise NotImplementedError
+        """Fold the round's updates into the server state; return metrics named as TensorBoard tags."""
 
     def models_to_evaluate(self) -> dict[str, Weights]:
         return self.models
