@@ -31,10 +31,11 @@ class RayExecutor:
 
     The training set is put in the object store once and every actor reads shards from it. Each
     client has a home actor (round-robin) that keeps its shard and persistent state. Each round,
-    every broadcast payload is put once (one per architecture). Tasks of a stateful method run on
-    their clients' home actors, all submitted before any result is gathered; tasks of a stateless
-    method go to whichever actor is free (``ray.util.ActorPool``), longest first, so a round is not
-    held up by an actor that happened to draw more of its clients.
+    every broadcast payload is put once (one per architecture). Tasks run on their clients' home
+    actors, all submitted before any result is gathered, when the method is stateful or the user
+    fixed ``clients_per_actor``. Otherwise (``auto`` and a stateless method) they go to whichever
+    actor is free (``ray.util.ActorPool``), longest first, so a round is not held up by an actor
+    that happened to draw more of its clients.
     """
 
     def __init__(self, config: Config, specs: list[ClientSpec], data):
@@ -49,7 +50,8 @@ class RayExecutor:
                        for group in self.groups]
         self.owner = {spec.client_id: actor for actor, group in zip(self.actors, self.groups) for spec in group}
         self.sizes = {spec.client_id: spec.num_samples for spec in specs}
-        self.pinned = get_algorithm(config.algorithm.name).Client.stateful
+        # an explicit clients_per_actor is a layout the user asked for: keep every client at home
+        self.pinned = get_algorithm(config.algorithm.name).Client.stateful or rt.clients_per_actor != "auto"
         self._gather([a.hosted.remote() for a in self.actors], "start-up")
 
     def execute(self, plan: RoundPlan) -> list[ClientUpdate]:
