@@ -8,12 +8,13 @@ distillation, prototype methods) work on every architecture in the zoo.
 from __future__ import annotations
 
 import math
+from abc import ABC, abstractmethod
 
 import torch
 from torch import nn
 
 
-class FedModel(nn.Module):
+class FedModel(nn.Module, ABC):
     """A classifier written as ``head(features(x))``.
 
     Subclasses implement :meth:`features` and either set ``self.classifier``
@@ -55,9 +56,9 @@ class FedModel(nn.Module):
         self.input_shape = shape
         self.num_classes = num_classes
 
+    @abstractmethod
     def features(self, x: torch.Tensor) -> torch.Tensor:
         """Maps a batch of inputs ``(B, *input_shape)`` to features ``(B, feature_dim)``."""
-        raise NotImplementedError
 
     def head(self, z: torch.Tensor) -> torch.Tensor:
         """Maps features ``(B, feature_dim)`` to logits ``(B, num_classes)``."""
