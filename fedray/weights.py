@@ -47,9 +47,11 @@ def weighted_mean(states: Sequence[Weights], coefficients: Sequence[float]) -> W
 
 
 def nbytes(payload) -> int:
-    """Bytes of a payload made of numpy arrays (nested in dicts, lists or tuples)."""
+    """Bytes of a payload made of numpy arrays or encoded bytes (nested in dicts, lists or tuples)."""
     if isinstance(payload, np.ndarray):
         return int(payload.nbytes)
+    if isinstance(payload, (bytes, bytearray)):
+        return len(payload)
     if isinstance(payload, dict):
         return sum(nbytes(v) for v in payload.values())
     if isinstance(payload, (list, tuple)):

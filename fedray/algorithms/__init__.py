@@ -7,8 +7,9 @@ from fedray.algorithms.central import Central
 from fedray.algorithms.dsgd import DSGD
 from fedray.algorithms.fedavg import FedAvg
 from fedray.algorithms.fedprox import FedProx
+from fedray.algorithms.stc import STC
 
-ALGORITHMS: dict[str, type[Strategy]] = {s.name: s for s in (FedAvg, FedProx, DSGD, Central)}
+ALGORITHMS: dict[str, type[Strategy]] = {s.name: s for s in (FedAvg, FedProx, DSGD, Central, STC)}
 
 
 def get_algorithm(name: str) -> type[Strategy]:

@@ -110,6 +110,10 @@ def encode_tensor(kind: str, x: np.ndarray) -> bytes:
         b = optimal_b(len(positions) / n) if n else 0
         golomb = golomb_encode(positions, b)
         values = flat[positions]
+        levels = np.abs(values) if kind == "stc" else values
+        if kind in ("stc", "sbc") and len(values) and np.any(levels != levels[0]):
+            raise ValueError(f"a '{kind}' payload needs all nonzero values at one "
+                             f"{'magnitude' if kind == 'stc' else 'value'}; compress with {kind}() first")
         if kind == "stc":
             mu = float(np.abs(values[0])) if len(values) else 0.0
             tail = _pack((values > 0).astype(np.uint8))

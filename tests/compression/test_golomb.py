@@ -78,3 +78,10 @@ def test_corrupted_or_truncated_payloads_fail_loudly():
         decode_tensor(payload, (10, 10))
     with pytest.raises(CorruptPayload, match="ends inside"):
         golomb_decode(np.array([1, 1]), 2)
+
+
+def test_payload_kind_must_match_the_tensor():
+    with pytest.raises(ValueError, match="'stc' payload needs all nonzero values at one magnitude"):
+        encode_tensor("stc", np.array([2.0, 0.0, -1.0], np.float32))
+    with pytest.raises(ValueError, match="'sbc' payload needs all nonzero values at one value"):
+        encode_tensor("sbc", np.array([1.0, 0.0, -1.0], np.float32))

@@ -1,0 +1,141 @@
+"""STC for federated learning (thesis Alg. 7): server step by hand, residuals, downloads, bits."""
+
+import numpy as np
+import pytest
+import torch
+
+from fedray.algorithms import ServerContext, get_algorithm
+from fedray.clients import LocalExecutor
+from fedray.compression import encode_tensor
+from fedray.config import build_config
+from fedray.federation import Federation
+from fedray.messages import ClientFailure, ClientSpec, ClientUpdate
+
+
+class Line(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.w = torch.nn.Parameter(torch.zeros(4))
+
+
+def server(**params):
+    config = build_config({"federation": {"num_clients": 2, "clients_per_round": 2, "architectures": {"mlp": 2}},
+                           "algorithm": {"name": "stc", **params}})
+    specs = [ClientSpec(i, "mlp", np.arange(3)) for i in range(2)]
+    return get_algorithm("stc")(config.algorithm_params(), ServerContext(config, specs, lambda arch: Line()))
+
+
+def upload(cid, values):
+    payload = {"w": encode_tensor("stc", np.array(values, np.float32))}
+    return ClientUpdate(cid, "mlp", 3, payload, len(payload["w"]), {"loss": 0.0})
+
+
+def test_server_step_eqs_4_6_to_4_8_by_hand():
+    s = server(p_down=0.5)
+    s.aggregate(1, [upload(0, [1, 0, 0, -1]), upload(1, [0, 0, 3, -3])])
+    # mean = [0.5, 0, 1.5, -2]; R = 0; STC, k = 2: top-2 |.| = {2, 1.5}, mu = 1.75 where |x| >= 1.5
+    np.testing.assert_array_equal(s.models["mlp"]["w"], [0, 0, 1.75, -1.75])
+    np.testing.assert_array_equal(s.residual["mlp"]["w"], [0.5, 0, -0.25, -0.25])
+    s.aggregate(2, [upload(0, [0, 0, 0, 0]), upload(1, [0, 2, 0, 0])])
+    # dtheta = R + mean = [0.5, 1, -0.25, -0.25]; top-2 = {1, 0.5}, mu = 0.75 where |x| >= 0.5
+    np.testing.assert_array_equal(s.models["mlp"]["w"], [0.75, 0.75, 1.75, -1.75])
+    np.testing.assert_array_equal(s.residual["mlp"]["w"], [-0.25, 0.25, -0.25, -0.25])
+    assert set(s.cache["mlp"]) == {1, 2}
+
+
+def test_server_without_residual_drops_the_error():
+    s = server(p_down=0.5, server_residual=False)
+    s.aggregate(1, [upload(0, [1, 0, 0, -1]), upload(1, [0, 0, 3, -3])])
+    assert s.residual == {}
+
+
+def digits(rounds, **params):
+    return build_config({
+        "data": {"dataset": "digits"}, "checkpoint_every": 2,
+        "federation": {"num_clients": 6, "clients_per_round": 2, "rounds": rounds, "architectures": {"mlp": 6}},
+        "training": {"lr": 0.1, "batch_size": 16, "steps": 2},
+        "algorithm": {"name": "stc", "p_up": 0.05, "p_down": 0.05, **params},
+        "runtime": {"backend": "local", "torch_threads": 1}})
+
+
+def test_without_compression_it_is_fedavg(tmp_path):
+    def final(name, **params):
+        tree = digits(6).to_dict()
+        tree["algorithm"] = {"name": name, **params}
+        fed = Federation(build_config(tree), tmp_path / name, LocalExecutor)
+        for _ in range(6):
+            fed.run_round()
+        return fed.strategy.models["mlp"]
+    a, b = final("fedavg"), final("stc", up="none", down="none")
+    for name in a:  # theta + mean(theta_i - theta) == mean(theta_i) up to float rounding
+        np.testing.assert_allclose(a[name], b[name], atol=1e-6)
+
+
+def test_residuals_survive_skipped_rounds_and_resume(tmp_path):
+    fed = Federation(digits(8), tmp_path / "a", LocalExecutor)
+    seen = {}
+    for _ in range(8):
+        plan_clients = {c.client_id for c in fed.strategy.sample_clients(fed.round + 1)}
+        before = {cid: {k: v.copy() for k, v in st.get("residual", {}).items()}
+                  for cid, st in fed.executor.client_states().items()}
+        fed.run_round()
+        for cid, state in fed.executor.client_states().items():
+            if cid not in plan_clients and before[cid]:  # sat out: residual untouched
+                for k, v in state["residual"].items():
+                    np.testing.assert_array_equal(v, before[cid][k])
+                seen[cid] = True
+    assert seen, "some client with a residual must have skipped a round"
+    whole = fed.strategy.models["mlp"]
+    part = Federation(digits(4), tmp_path / "b", LocalExecutor)
+    for _ in range(4):
+        part.run_round()
+    resumed = Federation(digits(8), tmp_path / "b", LocalExecutor, resume=True)
+    for _ in range(4):
+        resumed.run_round()
+    for name in whole:
+        np.testing.assert_array_equal(whole[name], resumed.strategy.models["mlp"][name])
+    for cid, state in fed.executor.client_states().items():
+        other = resumed.executor.client_states()[cid]
+        for k, v in state.get("residual", {}).items():
+            np.testing.assert_array_equal(v, other["residual"][k])
+
+
+def test_missed_rounds_are_downloaded_as_cached_updates_or_the_model(tmp_path):
+    fed = Federation(digits(6), tmp_path, LocalExecutor)
+    for _ in range(5):
+        fed.run_round()
+    s = fed.strategy
+    cid = next(c.client_id for c in fed.clients if s.synced.get(c.client_id, 0) < 4)
+    keys = s._download_keys(cid, "mlp", 6)
+    missed = range(s.synced.get(cid, 0) + 1, 6)
+    assert keys == tuple(f"delta/mlp/{r}" for r in missed)  # sparse updates are far cheaper than the model
+    s.params.cache_rounds = 0
+    s.cache["mlp"].clear()
+    assert s._download_keys(cid, "mlp", 6) == ("model/mlp",)
+
+
+def test_a_client_out_of_sync_is_caught(tmp_path):
+    fed = Federation(digits(3), tmp_path, LocalExecutor)
+    fed.run_round()
+    cid = next(iter(fed.strategy.synced))
+    theta = fed.executor.host.clients[cid].state["theta"]
+    theta[next(iter(theta))] += 1.0
+    fed.strategy.sample_clients = lambda r: [c for c in fed.clients if c.client_id == cid]
+    with pytest.raises(ClientFailure, match="during download: model copy is out of sync"):
+        fed.run_round()
+
+
+def test_fashion_mnist_learns_with_50x_fewer_upstream_bits_than_fedavg(tmp_path):
+    def run(algorithm):
+        config = build_config({
+            "data": {"dataset": "fashion_mnist", "train_limit": 12000, "test_limit": 2000},
+            "federation": {"num_clients": 20, "clients_per_round": 5, "rounds": 25,
+                           "architectures": {"logreg": 20}, "eval_every": 25},
+            "training": {"lr": 0.1, "batch_size": 20, "steps": 10},
+            "algorithm": algorithm, "runtime": {"backend": "local", "torch_threads": 1}})
+        fed = Federation(config, tmp_path / algorithm["name"], LocalExecutor)
+        return [fed.run_round().metrics for _ in range(25)][-1]
+    fedavg = run({"name": "fedavg"})
+    compressed = run({"name": "stc", "p_up": 0.01, "p_down": 0.01})
+    assert compressed["eval/accuracy"] > 0.70  # chance 0.10; same 25 x 10 local iterations as FedAvg
+    assert fedavg["comm/bytes_up_total"] >= 50 * compressed["comm/bytes_up_total"]
