@@ -7,9 +7,10 @@ from fedray.algorithms.central import Central
 from fedray.algorithms.dsgd import DSGD
 from fedray.algorithms.fedavg import FedAvg
 from fedray.algorithms.fedprox import FedProx
+from fedray.algorithms.signsgd import SignSGD
 from fedray.algorithms.stc import STC
 
-ALGORITHMS: dict[str, type[Strategy]] = {s.name: s for s in (FedAvg, FedProx, DSGD, Central, STC)}
+ALGORITHMS: dict[str, type[Strategy]] = {s.name: s for s in (FedAvg, FedProx, DSGD, Central, STC, SignSGD)}
 
 
 def get_algorithm(name: str) -> type[Strategy]:

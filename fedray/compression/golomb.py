@@ -10,7 +10,8 @@ for which a Golomb code with ``2**b*`` as divisor is optimal (eq. 3.9):
 
 :func:`encode_tensor` packs a compressed tensor into bytes, and :func:`decode_tensor` unpacks it. The
 layout is a header, the Golomb bits, then values: one sign bit per position for STC, nothing for
-SBC (the sign is mu's), float32 values for top-k, one bit per element for signSGD, float32 for dense.
+SBC (the sign is mu's), float32 values for top-k, one bit per element for signSGD, float32 for dense,
+and for integers in [-L, L] (summed sign votes) ceil(log2(2L + 1)) bits each, as eq. 4.10 counts.
 A CRC32 covers the whole message, so a truncated or corrupted payload raises
 :class:`CorruptPayload` and never decodes into a wrong tensor. The bits counted for an update are the
 payload's true length, header included.
@@ -26,7 +27,7 @@ import numpy as np
 
 PHI = (math.sqrt(5) + 1) / 2
 MAGIC = b"FRC1"
-KINDS = ("stc", "sbc", "topk", "sign", "dense")
+KINDS = ("stc", "sbc", "topk", "sign", "dense", "int")
 # magic, kind, b*, reserved, numel n, nonzeros k, mu, Golomb bit count, CRC32 of everything after it
 _HEADER = struct.Struct("<4sBBHQQfQI")
 
@@ -124,6 +125,15 @@ def encode_tensor(kind: str, x: np.ndarray) -> bytes:
         k = len(positions)
     elif kind == "sign":
         k, tail = n, _pack((flat >= 0).astype(np.uint8))
+    elif kind == "int":
+        ints = np.asarray(x).reshape(-1).astype(np.int64)
+        if not np.array_equal(ints, np.asarray(x).reshape(-1)):
+            raise ValueError("an 'int' payload needs integer values")
+        level = int(np.abs(ints).max()) if n else 0
+        b = max(1, math.ceil(math.log2(2 * level + 1)))  # bits per value
+        shifted = (ints + level).astype(np.uint64)
+        bits = ((shifted[:, None] >> np.arange(b - 1, -1, -1, dtype=np.uint64)) & 1).astype(np.uint8)
+        k, mu, tail = n, float(level), _pack(bits.reshape(-1))
     else:
         k, tail = n, flat.astype("<f4").tobytes()
     body = _pack(golomb) + tail
@@ -143,6 +153,9 @@ def decode_tensor(payload: bytes, shape: tuple[int, ...], name: str = "tensor") 
     if n != math.prod(shape):
         raise CorruptPayload(f"payload of {name} holds {n} elements, but the tensor has shape {shape}")
     kind = KINDS[kind_id]
+    if kind == "int":
+        bits = _unpack(body, n * b).reshape(n, b).astype(np.int64)
+        return (bits @ (1 << np.arange(b - 1, -1, -1)) - int(mu)).reshape(shape)
     if kind in ("sign", "dense"):
         values = _unpack(body, n).astype(np.float32) * 2 - 1 if kind == "sign" else np.frombuffer(body, "<f4")
         return values.reshape(shape).copy()

@@ -3,6 +3,7 @@
 import numpy as np
 import pytest
 
+from fedray.compression import golomb
 from fedray.compression import (CorruptPayload, decode_tensor, encode_tensor, golomb_decode, golomb_encode,
                                 mean_position_bits, optimal_b, sbc, sign, stc, top_k)
 
@@ -85,3 +86,15 @@ def test_payload_kind_must_match_the_tensor():
         encode_tensor("stc", np.array([2.0, 0.0, -1.0], np.float32))
     with pytest.raises(ValueError, match="'sbc' payload needs all nonzero values at one value"):
         encode_tensor("sbc", np.array([1.0, 0.0, -1.0], np.float32))
+
+
+@pytest.mark.parametrize("level", [0, 1, 3, 10, 1000])
+def test_int_payload_round_trip_and_width(level):
+    values = np.random.default_rng(level).integers(-level, level + 1, size=(50, 7))
+    values.flat[0] = level  # make the level exact
+    payload = encode_tensor("int", values)
+    np.testing.assert_array_equal(decode_tensor(payload, values.shape), values)
+    width = max(1, int(np.ceil(np.log2(2 * level + 1))))  # eq. 4.10: log2(2 tau + 1) bits per value
+    assert len(payload) - golomb._HEADER.size == int(np.ceil(350 * width / 8))
+    with pytest.raises(ValueError, match="needs integer values"):
+        encode_tensor("int", np.array([0.5]))
