@@ -17,7 +17,9 @@ order (the partial sum P^(s), sent as its s terms), or the full model when that 
 cache no longer reaches back far enough. Applying the same float additions in the same order keeps
 the client's copy bit-identical to the server's model; a CRC32 of the server's model travels with
 the task and the client checks it. ``up``/``down`` choose the compressor (stc, sbc, topk or none, the
-latter giving dense float32 updates); with ``down: none`` this is the upstream-only rule (4.4-4.5).
+latter sending the update without loss: dense, or as positions and values when that is smaller).
+With ``down: none`` this is the upstream-only rule (4.4-4.5), and with every client taking part
+each round it is Alg. 4 (sparse k-nary DSGD) with ``training.steps`` as the delay n.
 Integer buffers (BatchNorm's batch counter) are not updates and are not sent.
 """
 
@@ -59,9 +61,10 @@ def is_update(array: np.ndarray) -> bool:
 
 def compress(update: Weights, kind: str, p: float) -> tuple[Weights, dict[str, bytes]]:
     """Per-tensor compression (each tensor its own k and mu) and the encoded payload."""
-    if kind == "none":
+    if kind == "none":  # no loss: dense float32, or positions and float32 values if that is smaller
         compressed = {name: identity(x) for name, x in update.items()}
-        return compressed, {name: encode_tensor("dense", x) for name, x in compressed.items()}
+        return compressed, {name: min(encode_tensor("dense", x), encode_tensor("topk", x), key=len)
+                            for name, x in compressed.items()}
     compressed = {name: COMPRESSORS[kind](x, p) for name, x in update.items()}
     return compressed, {name: encode_tensor(kind, x) for name, x in compressed.items()}
 
