@@ -4,13 +4,14 @@ from __future__ import annotations
 
 from fedray.algorithms.base import ClientAlgorithm, Params, ServerContext, Strategy, VirtualClient
 from fedray.algorithms.central import Central
+from fedray.algorithms.dgc import DGC
 from fedray.algorithms.dsgd import DSGD
 from fedray.algorithms.fedavg import FedAvg
 from fedray.algorithms.fedprox import FedProx
 from fedray.algorithms.signsgd import SignSGD
 from fedray.algorithms.stc import STC
 
-ALGORITHMS: dict[str, type[Strategy]] = {s.name: s for s in (FedAvg, FedProx, DSGD, Central, STC, SignSGD)}
+ALGORITHMS: dict[str, type[Strategy]] = {s.name: s for s in (FedAvg, FedProx, DSGD, Central, STC, SignSGD, DGC)}
 
 
 def get_algorithm(name: str) -> type[Strategy]:

@@ -116,7 +116,7 @@ class STCClient(ClientAlgorithm):
         stats = local_train(model, client.x, client.y, self.config.training, generator)  # SGD_n
         trained = get_weights(model)
         residual = state.get("residual", {})
-        update = {k: residual.get(k, 0) + trained[k] - theta[k] for k in theta if is_update(theta[k])}
+        update = {k: residual.get(k, 0) + (trained[k] - theta[k]) for k in theta if is_update(theta[k])}
         compressed, payload = compress(update, self.params.up, self.params.p_up)
         if self.params.client_residuals:
             state["residual"] = {k: update[k] - compressed[k] for k in update}  # eq. 3.8
