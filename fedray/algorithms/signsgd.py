@@ -7,7 +7,8 @@
 ``step`` is the coordinate step delta (the thesis uses 0.0002 for VGG11*; default: ``training.lr``, as
 in the thesis author's code). The model is kept as theta = theta^0 + delta * S, with S the integer
 sum of all votes. A client that missed s rounds downloads the partial sum of the s votes it missed,
-with values in [-s, s] and log2(2s + 1) bits each (eq. 4.10), or the whole S when that is smaller.
+with values in [-s, s] and log2(2s + 1) bits each (eq. 4.10; 1 bit when s = 1), or the whole S when
+that is smaller.
 Because S is an integer, client and server end with bit-identical models however a client catches
 up; a CRC32 of the server model travels with each task and is checked.
 """
@@ -68,7 +69,7 @@ class SignSGDClient(ClientAlgorithm):
         shapes = {k: v.shape for k, v in initial.items() if is_update(v)}
         votes = client.state.get("votes", {k: np.zeros(s, np.int64) for k, s in shapes.items()})
         for key in task.payload_keys:
-            received = decode(payloads[key], shapes)
+            received = {k: v.astype(np.int64) for k, v in decode(payloads[key], shapes).items()}
             votes = received if key.startswith("state/") else {k: votes[k] + received[k] for k in votes}
         theta = model_from_votes(initial, votes, task.options["step"])
         if model_crc(theta) != task.options["model_crc"]:
@@ -122,8 +123,10 @@ class SignSGD(Strategy):
         if all(r in self.cache[arch] for r in missed):
             key = f"votes/{arch}/{last}"
             if key not in candidates:
-                candidates[key] = encode_ints({k: sum(self.cache[arch][r][k] for r in missed)
-                                               for k in self.votes[arch]})
+                total = {k: sum(self.cache[arch][r][k] for r in missed) for k in self.votes[arch]}
+                # one missed vote is +-1: the plain 1-bit broadcast; more are integers in [-s, s]
+                candidates[key] = ({k: encode_tensor("sign", v.astype(np.float32)) for k, v in total.items()}
+                                   if len(missed) == 1 else encode_ints(total))
             if nbytes(candidates[key]) < nbytes(candidates[full_key]):
                 return (key,)
         return (full_key,)
