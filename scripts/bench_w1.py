@@ -70,7 +70,6 @@ class PeakMemory:
 
 def run_plain(config) -> dict:
     """The same FedAvg computation written as a plain PyTorch loop in one process."""
-    import numpy as np
     import torch
     import torch.nn.functional as F
 

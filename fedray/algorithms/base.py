@@ -27,7 +27,7 @@ from pydantic import BaseModel, ConfigDict
 
 from fedray.config import Config
 from fedray.messages import ClientSpec, ClientTask, ClientUpdate, RoundPlan
-from fedray.weights import Weights, get_weights
+from fedray.weights import Weights, get_weights, set_weights
 
 
 class Params(BaseModel):
@@ -100,6 +100,19 @@ class ClientAlgorithm(ABC):
         if arch not in self._models:
             self._models[arch] = self._build_model(arch).to(self.device)
         return self._models[arch]
+
+    def train_local(self, task: ClientTask, weights: Weights, client: VirtualClient,
+                    extra_loss=None) -> tuple[Weights, dict[str, float]]:
+        """SGD_E(weights, D_i) with the task's seeds; returns the trained weights and loss/steps."""
+        from fedray.training import local_train
+
+        model = self.model(task.arch)
+        set_weights(model, weights)
+        generator = torch.Generator().manual_seed(task.seed)
+        torch.manual_seed(task.seed)  # dropout and other in-model randomness
+        stats = local_train(model, client.x, client.y, self.config.training, generator,
+                            extra_loss(model) if extra_loss else None)
+        return get_weights(model), stats
 
     def init_state(self, client: VirtualClient) -> dict[str, Any]:
         """Persistent per-client state before round one (empty for stateless methods)."""

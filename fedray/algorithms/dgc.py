@@ -15,18 +15,14 @@ Not implemented: DGC's warm-up sparsity schedule and local gradient clipping.
 
 from __future__ import annotations
 
-import time
 from typing import Any
 
 import numpy as np
-import torch
 from pydantic import Field
 
-from fedray.algorithms.base import Params, VirtualClient
+from fedray.algorithms.base import Params
 from fedray.algorithms.stc import STC, Compressor, STCClient, compress, is_update
-from fedray.messages import ClientTask, ClientUpdate
-from fedray.training import local_train
-from fedray.weights import get_weights, nbytes, set_weights
+from fedray.weights import Weights
 
 
 class DGCParams(Params):
@@ -41,16 +37,7 @@ class DGCParams(Params):
 
 
 class DGCClient(STCClient):
-    def run(self, task: ClientTask, payloads: dict[str, Any], client: VirtualClient) -> ClientUpdate:
-        start = time.perf_counter()
-        state = client.state
-        theta = self._sync(task, payloads, state)
-        model = self.model(task.arch)
-        set_weights(model, theta)
-        generator = torch.Generator().manual_seed(task.seed)
-        torch.manual_seed(task.seed)
-        stats = local_train(model, client.x, client.y, self.config.training, generator)
-        trained = get_weights(model)
+    def encode_update(self, theta: Weights, trained: Weights, state: dict[str, Any]) -> dict[str, bytes]:
         names = [k for k in theta if is_update(theta[k])]
         m = np.float32(self.params.dgc_momentum)
         u = {k: m * state.get("u", {}).get(k, 0) + (trained[k] - theta[k]) for k in names}  # momentum correction
@@ -59,9 +46,7 @@ class DGCClient(STCClient):
         keep = {k: (sent[k] == 0) for k in names}                                           # factor masking
         state["u"] = {k: u[k] * keep[k] for k in names}
         state["v"] = {k: v[k] * keep[k] for k in names}
-        state["theta"], state["synced"] = theta, task.round - 1
-        stats["time_s"] = time.perf_counter() - start
-        return ClientUpdate(client.client_id, task.arch, client.num_samples, payload, nbytes(payload), stats)
+        return payload
 
 
 class DGC(STC):

@@ -15,7 +15,6 @@ from __future__ import annotations
 import time
 from typing import Any
 
-import numpy as np
 import torch
 import torch.nn.functional as F
 

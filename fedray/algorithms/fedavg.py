@@ -20,8 +20,8 @@ import torch
 
 from fedray.algorithms.base import ClientAlgorithm, Params, Strategy, VirtualClient
 from fedray.messages import ClientTask, ClientUpdate
-from fedray.training import ExtraLoss, local_train
-from fedray.weights import get_weights, nbytes, set_weights, weighted_mean
+from fedray.training import ExtraLoss
+from fedray.weights import nbytes, weighted_mean
 
 
 class FedAvgParams(Params):
@@ -37,13 +37,8 @@ class FedAvgClient(ClientAlgorithm):
 
     def run(self, task: ClientTask, payloads: dict[str, Any], client: VirtualClient) -> ClientUpdate:
         start = time.perf_counter()
-        model = self.model(task.arch)
-        set_weights(model, payloads[task.payload_keys[0]])
-        generator = torch.Generator().manual_seed(task.seed)
-        torch.manual_seed(task.seed)  # dropout and other in-model randomness
-        stats = local_train(model, client.x, client.y, self.config.training, generator,
-                            self.extra_loss(model, task))
-        weights = get_weights(model)
+        weights, stats = self.train_local(task, payloads[task.payload_keys[0]], client,
+                                          lambda model: self.extra_loss(model, task))
         stats["time_s"] = time.perf_counter() - start
         return ClientUpdate(client.client_id, task.arch, client.num_samples, weights, nbytes(weights), stats)
 

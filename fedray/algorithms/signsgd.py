@@ -24,11 +24,10 @@ from pydantic import Field
 
 from fedray.algorithms.base import ClientAlgorithm, Params, ServerContext, Strategy, VirtualClient, task_seed
 from fedray.algorithms.fedavg import group_by_arch, mean_client_loss
-from fedray.algorithms.stc import decode, is_update, model_crc
+from fedray.algorithms.stc import decode, forget_old, is_update, model_crc
 from fedray.compression import encode_tensor, majority_vote, sign
 from fedray.messages import ClientFailure, ClientTask, ClientUpdate, RoundPlan
-from fedray.training import local_train
-from fedray.weights import Weights, get_weights, nbytes, set_weights
+from fedray.weights import Weights, get_weights, nbytes
 
 Votes = dict[str, np.ndarray]
 
@@ -74,12 +73,7 @@ class SignSGDClient(ClientAlgorithm):
         theta = model_from_votes(initial, votes, task.options["step"])
         if model_crc(theta) != task.options["model_crc"]:
             raise ClientFailure(task.client_id, task.round, "download", "model copy is out of sync with the server")
-        model = self.model(task.arch)
-        set_weights(model, theta)
-        generator = torch.Generator().manual_seed(task.seed)
-        torch.manual_seed(task.seed)
-        stats = local_train(model, client.x, client.y, self.config.training, generator)
-        trained = get_weights(model)
+        trained, stats = self.train_local(task, theta, client)
         payload = {k: encode_tensor("sign", sign(trained[k] - theta[k])) for k in shapes}
         client.state.update(votes=votes, synced=task.round - 1)
         stats["time_s"] = time.perf_counter() - start
@@ -139,8 +133,7 @@ class SignSGD(Strategy):
             self.votes[arch] = {k: self.votes[arch][k] + vote[k] for k in shapes}
             self.models[arch] = model_from_votes(self.initial[arch], self.votes[arch], self.step)
             self.cache[arch][round] = vote
-            for stale in [r for r in self.cache[arch] if r <= round - self.params.cache_rounds]:
-                del self.cache[arch][stale]
+            forget_old(self.cache[arch], round, self.params.cache_rounds)
         for u in updates:
             self.synced[u.client_id] = round - 1
         return mean_client_loss(updates)

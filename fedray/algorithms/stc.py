@@ -37,8 +37,7 @@ from fedray.algorithms.base import ClientAlgorithm, Params, ServerContext, Strat
 from fedray.algorithms.fedavg import group_by_arch, mean_client_loss
 from fedray.compression import COMPRESSORS, decode_tensor, encode_tensor, identity
 from fedray.messages import ClientFailure, ClientTask, ClientUpdate, RoundPlan
-from fedray.training import local_train
-from fedray.weights import Weights, get_weights, nbytes, set_weights, weighted_mean
+from fedray.weights import Weights, get_weights, nbytes, weighted_mean
 
 Compressor = Literal["stc", "sbc", "topk", "none"]
 
@@ -73,6 +72,12 @@ def decode(payload: dict[str, bytes], shapes: dict[str, tuple[int, ...]]) -> Wei
     return {name: decode_tensor(data, shapes[name], name) for name, data in payload.items()}
 
 
+def forget_old(cache: dict[int, Any], round: int, keep: int) -> None:
+    """Drop cached downstream updates older than the last ``keep`` rounds."""
+    for stale in [r for r in cache if r <= round - keep]:
+        del cache[stale]
+
+
 def model_crc(weights: Weights) -> int:
     """CRC32 of a model's floating tensors, to check that a client's copy matches the server's."""
     crc = 0
@@ -105,22 +110,21 @@ class STCClient(ClientAlgorithm):
         torch.manual_seed(self.config.seed)
         return get_weights(self._build_model(arch))
 
-    def run(self, task: ClientTask, payloads: dict[str, Any], client: VirtualClient) -> ClientUpdate:
-        start = time.perf_counter()
-        state = client.state
-        theta = self._sync(task, payloads, state)
-        model = self.model(task.arch)
-        set_weights(model, theta)
-        generator = torch.Generator().manual_seed(task.seed)
-        torch.manual_seed(task.seed)
-        stats = local_train(model, client.x, client.y, self.config.training, generator)  # SGD_n
-        trained = get_weights(model)
+    def encode_update(self, theta: Weights, trained: Weights, state: dict[str, Any]) -> dict[str, bytes]:
+        """dtheta_i <- R_i + (SGD_n(theta_i) - theta_i), compressed; R_i keeps the error (eq. 3.8)."""
         residual = state.get("residual", {})
         update = {k: residual.get(k, 0) + (trained[k] - theta[k]) for k in theta if is_update(theta[k])}
         compressed, payload = compress(update, self.params.up, self.params.p_up)
         if self.params.client_residuals:
-            state["residual"] = {k: update[k] - compressed[k] for k in update}  # eq. 3.8
-        state["theta"], state["synced"] = theta, task.round - 1
+            state["residual"] = {k: update[k] - compressed[k] for k in update}
+        return payload
+
+    def run(self, task: ClientTask, payloads: dict[str, Any], client: VirtualClient) -> ClientUpdate:
+        start = time.perf_counter()
+        theta = self._sync(task, payloads, client.state)
+        trained, stats = self.train_local(task, theta, client)  # SGD_n(theta_i, D_i, b)
+        payload = self.encode_update(theta, trained, client.state)
+        client.state["theta"], client.state["synced"] = theta, task.round - 1
         stats["time_s"] = time.perf_counter() - start
         return ClientUpdate(client.client_id, task.arch, client.num_samples, payload, nbytes(payload), stats)
 
@@ -178,8 +182,7 @@ class STC(Strategy):
             self.models[arch] = {k: (v + compressed[k]).astype(v.dtype) if k in compressed else v
                                  for k, v in theta.items()}
             self.cache[arch][round] = payload
-            for stale in [r for r in self.cache[arch] if r <= round - self.params.cache_rounds]:
-                del self.cache[arch][stale]
+            forget_old(self.cache[arch], round, self.params.cache_rounds)
         for u in updates:
             self.synced[u.client_id] = round - 1
         return mean_client_loss(updates)
