@@ -2,7 +2,6 @@
 
 import numpy as np
 import pytest
-import torch
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 from fedray.clients import LocalExecutor
