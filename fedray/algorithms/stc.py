@@ -110,7 +110,8 @@ class STCClient(ClientAlgorithm):
         torch.manual_seed(self.config.seed)
         return get_weights(self._build_model(arch))
 
-    def encode_update(self, theta: Weights, trained: Weights, state: dict[str, Any]) -> dict[str, bytes]:
+    def encode_update(self, task: ClientTask, theta: Weights, trained: Weights,
+                      state: dict[str, Any]) -> dict[str, bytes]:
         """dtheta_i <- R_i + (SGD_n(theta_i) - theta_i), compressed; R_i keeps the error (eq. 3.8)."""
         residual = state.get("residual", {})
         update = {k: residual.get(k, 0) + (trained[k] - theta[k]) for k in theta if is_update(theta[k])}
@@ -123,7 +124,7 @@ class STCClient(ClientAlgorithm):
         start = time.perf_counter()
         theta = self._sync(task, payloads, client.state)
         trained, stats = self.train_local(task, theta, client)  # SGD_n(theta_i, D_i, b)
-        payload = self.encode_update(theta, trained, client.state)
+        payload = self.encode_update(task, theta, trained, client.state)
         client.state["theta"], client.state["synced"] = theta, task.round - 1
         stats["time_s"] = time.perf_counter() - start
         return ClientUpdate(client.client_id, task.arch, client.num_samples, payload, nbytes(payload), stats)

@@ -43,3 +43,23 @@ def test_momentum_correction_learns_faster_here(tmp_path):
     _, with_m = run(digits({"name": "dgc", "p_up": 0.01}, rounds=40), tmp_path / "m")
     _, without = run(digits({"name": "dgc", "p_up": 0.01, "dgc_momentum": 0.0}, rounds=40), tmp_path / "n")
     assert with_m.metrics["eval/accuracy"] > without.metrics["eval/accuracy"] + 0.03
+
+
+def test_warmup_schedule_and_clipping_by_hand():
+    from fedray.algorithms.dgc import clip, warmup_density
+
+    # 8 warm-up rounds: two rounds per quarter at 25%, 6.25%, 1.5625%, 0.390625%, then p
+    assert [warmup_density(0.001, r, 8) for r in range(1, 10)] == \
+        [0.25, 0.25, 0.0625, 0.0625, 0.015625, 0.015625, 0.00390625, 0.00390625, 0.001]
+    assert warmup_density(0.1, 7, 8) == 0.1  # never sparser than the target
+    update = {"a": np.array([3.0, 0.0], np.float32), "b": np.array([4.0], np.float32)}  # norm 5
+    clipped = clip(update, 2.5)
+    np.testing.assert_allclose(clipped["a"], [1.5, 0.0]) and np.testing.assert_allclose(clipped["b"], [2.0])
+    assert clip(update, 6.0) is update
+
+
+def test_warmup_sends_denser_updates_first(tmp_path):
+    config = digits({"name": "dgc", "p_up": 0.001, "warmup_rounds": 4, "clip_norm": 1.0}, rounds=6)
+    fed = Federation(config, tmp_path, LocalExecutor)
+    up = [fed.run_round().metrics["comm/bytes_up"] for _ in range(6)]
+    assert up[0] > 4 * up[2] > 0 and up[4] < up[2]  # 25% of the entries, then 1.56%, then 0.1%
