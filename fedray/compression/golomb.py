@@ -71,24 +71,38 @@ def golomb_encode(positions: np.ndarray, b: int) -> np.ndarray:
 
 
 def golomb_decode(bits: np.ndarray, b: int) -> np.ndarray:
-    """Algorithm 17: the 0-based positions coded in ``bits`` (a scan of the message, as in the box)."""
-    msg = np.asarray(bits, dtype=np.uint8).tolist()
-    positions, i, q, j = [], 0, 0, 0
-    while i < len(msg):
-        if msg[i] == 0:
-            if i + b >= len(msg) and b > 0:
-                raise CorruptPayload("Golomb stream ends inside a remainder")
-            r = 0
-            for bit in msg[i + 1:i + 1 + b]:
-                r = 2 * r + bit
-            j += q * (1 << b) + r + 1  # j is the 1-based position
-            positions.append(j - 1)
-            q, i = 0, i + b + 1
-        else:
-            q, i = q + 1, i + 1
-    if q:
+    """Algorithm 17: the 0-based positions coded in ``bits``.
+
+    The box reads bit by bit. Here the scan is vectorised: a codeword starting at bit i is a quotient
+    of ones up to the first 0 at or after i, then b remainder bits, so the next codeword starts at
+    next[i] = first_zero[i] + b + 1. The codeword starts are the orbit of bit 0 under ``next``,
+    found by pointer doubling (log2(k) numpy steps for k positions).
+    """
+    msg = np.asarray(bits, dtype=np.uint8).reshape(-1)
+    n = msg.size
+    if n == 0:
+        return np.zeros(0, np.int64)
+    first_zero = np.where(msg == 0, np.arange(n), n)
+    first_zero = np.minimum.accumulate(first_zero[::-1])[::-1]
+    # index n: the stream ended cleanly; index n + 1: it ended inside a codeword (both absorbing)
+    jump = np.append(np.minimum(first_zero + b + 1, n + 1), [n, n + 1])
+    starts = np.zeros(1, np.int64)
+    while starts[-1] < n:  # starts holds orbit steps 0 .. 2^j - 1; jump is next applied 2^j times
+        starts = np.concatenate([starts, jump[starts]])
+        jump = jump[jump]
+    starts = starts[starts < n]
+    last = starts[-1]
+    if first_zero[last] == n:
         raise CorruptPayload("Golomb stream ends inside a quotient")
-    return np.asarray(positions, dtype=np.int64)
+    if first_zero[last] + b >= n:
+        raise CorruptPayload("Golomb stream ends inside a remainder")
+    padded = np.concatenate([msg, np.zeros(b, np.uint8)]).astype(np.int64)
+    ends = first_zero[starts]  # the 0 closing each quotient
+    remainder = np.zeros(starts.size, np.int64)
+    for j in range(1, b + 1):  # most significant bit first
+        remainder = 2 * remainder + padded[ends + j]
+    gaps = ((ends - starts) << b) + remainder + 1  # d = q * 2^b + r + 1
+    return np.cumsum(gaps) - 1
 
 
 def _pack(bits: np.ndarray) -> bytes:
