@@ -22,6 +22,15 @@ def test_golomb_code_words_by_hand():
     np.testing.assert_array_equal(golomb_decode(np.array([1, 1, 0, 0, 1, 0, 1, 1]), 2), [9, 13])
 
 
+
+def test_golomb_decode_rejects_streams_cut_inside_a_code_word():
+    with pytest.raises(CorruptPayload, match="inside a quotient"):
+        golomb_decode(np.array([0, 0, 0, 1, 1]), 2)  # second word: unary 1 1 never closed
+    with pytest.raises(CorruptPayload, match="inside a remainder"):
+        golomb_decode(np.array([1, 0, 0]), 2)  # closing 0 followed by 1 of 2 remainder bits
+    np.testing.assert_array_equal(golomb_decode(np.array([0, 0, 0]), 2), [0])
+    np.testing.assert_array_equal(golomb_decode(np.zeros(0, np.uint8), 3), [])
+
 @pytest.mark.parametrize("n", [1, 7, 100, 4097, 200_000])
 @pytest.mark.parametrize("density", [0.0, 0.001, 0.01, 0.2, 0.9, 1.0])
 def test_encode_decode_identity_on_random_sparse_sets(n, density):
