@@ -16,7 +16,9 @@ import numpy as np
 import torch
 
 from fedray.algorithms import VirtualClient, get_algorithm
+from fedray.algorithms.base import task_seed
 from fedray.config import Config
+from fedray.data.shifts import apply_adversary, apply_group
 from fedray.messages import ClientFailure, ClientSpec, ClientTask, ClientUpdate
 from fedray.models import create_model
 from fedray.training import resolve_device
@@ -55,6 +57,7 @@ class ClientHost:
         algorithm = get_algorithm(config.algorithm.name)
         build = model_builder(config, train_x.shape[1:], num_classes)
         self.algorithm = algorithm.Client(config.algorithm_params(), config, build, self.device)
+        self.config, self.num_classes = config, num_classes
         self.train_x, self.train_y = train_x, train_y
         self.specs = {spec.client_id: spec for spec in specs}
         home_ids = set(self.specs) if home is None else set(home)
@@ -65,9 +68,15 @@ class ClientHost:
             self.clients[cid] = client
 
     def _materialise(self, spec: ClientSpec) -> VirtualClient:
-        """The client's shard copied out of the shared arrays onto this host's device."""
-        x = torch.from_numpy(np.ascontiguousarray(self.train_x[spec.indices])).to(self.device)
-        y = torch.from_numpy(np.ascontiguousarray(self.train_y[spec.indices])).to(self.device)
+        """The client's shard copied out of the shared arrays onto this host's device, with its
+        group's shift and, for an adversary, its attack applied (``fedray.data.shifts``)."""
+        d = self.config.data
+        x, y = self.train_x[spec.indices], self.train_y[spec.indices]
+        x, y = apply_group(x, y, d.group_shift, spec.group, d.groups, self.num_classes, d.seed)
+        if spec.role != "benign":
+            x, y = apply_adversary(x, y, spec.role, d.noise, task_seed(d.seed, 0, spec.client_id))
+        x = torch.from_numpy(np.ascontiguousarray(x)).to(self.device)
+        y = torch.from_numpy(np.ascontiguousarray(y)).to(self.device)
         return VirtualClient(spec, x, y)
 
     def _client(self, task: ClientTask) -> VirtualClient:

@@ -45,6 +45,19 @@ class DataConfig(_Section):
     seed: int = 0
     train_limit: Optional[int] = Field(None, ge=1)
     test_limit: Optional[int] = Field(None, ge=1)
+    # client groups and adversaries (fedray.data.shifts; thesis chapter 6)
+    groups: int = Field(1, ge=1)
+    group_shift: Literal["none", "label_swap", "label_permutation", "rotation"] = "none"
+    adversaries: Literal["none", "byzantine", "label_flip", "noisy"] = "none"
+    adversary_fraction: float = Field(0.3, ge=0, lt=1)
+    noise: float = Field(10.0, ge=0)
+
+    @model_validator(mode="after")
+    def _rotation_quarters(self) -> "DataConfig":
+        if self.group_shift == "rotation" and 4 % self.groups:
+            raise ValueError(f"group_shift rotation turns group k by k * 360 / groups degrees in quarter turns, "
+                             f"so groups must be 1, 2 or 4, got {self.groups}")
+        return self
 
 
 class TrainingConfig(_Section):
@@ -150,6 +163,13 @@ class Config(_Section):
     algorithm: AlgorithmConfig = Field(default_factory=AlgorithmConfig)
     runtime: RuntimeConfig = Field(default_factory=RuntimeConfig)
 
+    @model_validator(mode="after")
+    def _groups_fit(self) -> "Config":
+        if self.data.groups > self.federation.num_clients:
+            raise ValueError(f"data.groups = {self.data.groups} exceeds federation.num_clients = "
+                             f"{self.federation.num_clients}")
+        return self
+
     def algorithm_params(self) -> BaseModel:
         """The validated ``Params`` of the selected algorithm."""
         from fedray.algorithms import get_algorithm
@@ -170,6 +190,8 @@ def _format_error(err: ValidationError, prefix: str = "") -> str:
         return f"unknown config key '{key}'"
     if message.startswith("Value error, "):
         message = message[len("Value error, "):]
+    if not key:
+        return f"bad config: {message}"
     value = first.get("input")
     shown = "" if isinstance(value, dict) else f" = {value!r}"
     return f"bad config value {key}{shown}: {message}"

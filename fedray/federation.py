@@ -20,10 +20,11 @@ from fedray.algorithms import ServerContext, Strategy, get_algorithm
 from fedray.clients import model_builder
 from fedray.config import Config, save_config
 from fedray.data import DatasetBundle, label_counts, load_dataset, partition, partition_figure
+from fedray.data.shifts import adversary_ids, apply_group, client_groups
 from fedray.messages import ClientSpec, ClientUpdate, RoundPlan, RoundResult
 from fedray.tracking import RunWriter
 from fedray.training import evaluate, resolve_device
-from fedray.weights import nbytes, set_weights
+from fedray.weights import Weights, nbytes, set_weights
 
 CHECKPOINT = "checkpoint.pt"
 
@@ -70,9 +71,14 @@ def make_clients(config: Config, bundle: DatasetBundle, pools_data: bool) -> lis
                            classes_per_client=d.classes_per_client, balancedness=d.balancedness)
     archs = [arch for arch, count in fed.architectures.items() for _ in range(count)]
     if pools_data:
+        if d.groups > 1 or d.adversaries != "none":
+            raise ValueError("a pooled-data baseline cannot have client groups or adversaries")
         pooled = np.sort(np.concatenate(splits))
         return [ClientSpec(i, arch, pooled) for i, arch in enumerate(fed.architectures)]
-    return [ClientSpec(i, arch, split) for i, (arch, split) in enumerate(zip(archs, splits))]
+    groups = client_groups(fed.num_clients, d.groups)
+    bad = set(adversary_ids(fed.num_clients, d.adversary_fraction, d.seed)) if d.adversaries != "none" else set()
+    return [ClientSpec(i, arch, split, int(groups[i]), d.adversaries if i in bad else "benign")
+            for i, (arch, split) in enumerate(zip(archs, splits))]
 
 
 class Federation:
@@ -97,9 +103,9 @@ class Federation:
         self.clients = make_clients(config, self.data, strategy_cls.pools_data)
         build = model_builder(config, self.data.input_shape, self.data.num_classes)
         self.strategy: Strategy = strategy_cls(config.algorithm_params(), ServerContext(config, self.clients, build))
-        self._eval_models = {arch: build(arch).to(self.device) for arch in self.strategy.models}
-        self.test_x = torch.from_numpy(self.data.test_x).to(self.device)
-        self.test_y = torch.from_numpy(self.data.test_y).to(self.device)
+        self._build = build
+        self._eval_models: dict[str, torch.nn.Module] = {}
+        self._test_sets: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
         self.round = 0
         self.totals = {"comm/bytes_up_total": 0.0, "comm/bytes_down_total": 0.0}
         self.history: list[dict[str, float]] = []
@@ -138,21 +144,26 @@ class Federation:
         return RoundResult(self.round, metrics)
 
     def evaluate(self) -> dict[str, float]:
-        """Test accuracy and loss of each architecture's evaluated model, and their mean."""
+        """The strategy's test metrics (by default each architecture's model on each group's test set)."""
         start = time.perf_counter()
-        out: dict[str, float] = {}
-        counts = self.config.federation.architectures
-        acc, loss = 0.0, 0.0
-        for arch, weights in self.strategy.models_to_evaluate().items():
-            model = self._eval_models[arch]
-            set_weights(model, weights)
-            result = evaluate(model, self.test_x, self.test_y, self.config.federation.eval_batch_size)
-            out[f"eval/accuracy/{arch}"], out[f"eval/loss/{arch}"] = result["accuracy"], result["loss"]
-            share = counts[arch] / sum(counts.values())
-            acc, loss = acc + share * result["accuracy"], loss + share * result["loss"]
-        out["eval/accuracy"], out["eval/loss"] = acc, loss
+        out = self.strategy.evaluate(self.evaluate_model)
         out["time/eval_s"] = time.perf_counter() - start
         return out
+
+    def evaluate_model(self, arch: str, weights: Weights, group: int = 0) -> dict[str, float]:
+        """Accuracy and loss of ``weights`` on group ``group``'s test set (its label/rotation shift)."""
+        if arch not in self._eval_models:
+            self._eval_models[arch] = self._build(arch).to(self.device)
+        model = self._eval_models[arch]
+        set_weights(model, weights)
+        if group not in self._test_sets:
+            d = self.config.data
+            x, y = apply_group(self.data.test_x, self.data.test_y, d.group_shift, group, d.groups,
+                               self.data.num_classes, d.seed)
+            self._test_sets[group] = (torch.from_numpy(np.ascontiguousarray(x)).to(self.device),
+                                      torch.from_numpy(np.ascontiguousarray(y)).to(self.device))
+        x, y = self._test_sets[group]
+        return evaluate(model, x, y, self.config.federation.eval_batch_size)
 
     def _communication(self, plan: RoundPlan, updates: list[ClientUpdate]) -> dict[str, float]:
         sizes = {key: nbytes(payload) for key, payload in plan.broadcast.items()}

@@ -15,11 +15,17 @@ import numpy as np
 
 @dataclass(frozen=True)
 class ClientSpec:
-    """A virtual client: its id, architecture and the indices of its training samples."""
+    """A virtual client: its id, architecture and the indices of its training samples.
+
+    ``group`` is its data group and ``role`` is ``benign`` or an adversary kind
+    (:mod:`fedray.data.shifts`).
+    """
 
     client_id: int
     arch: str
     indices: np.ndarray
+    group: int = 0
+    role: str = "benign"
 
     @property
     def num_samples(self) -> int:

@@ -18,6 +18,7 @@ extra broadcast payloads and extra update contents; the runtime only moves the t
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any, Callable, ClassVar
 
@@ -103,8 +104,18 @@ class ClientAlgorithm(ABC):
 
     def train_local(self, task: ClientTask, weights: Weights, client: VirtualClient,
                     extra_loss=None) -> tuple[Weights, dict[str, float]]:
-        """SGD_E(weights, D_i) with the task's seeds; returns the trained weights and loss/steps."""
+        """SGD_E(weights, D_i) with the task's seeds; returns the trained weights and loss/steps.
+
+        A Byzantine client (thesis section 6.7) does not train: its update is drawn from N(0, I),
+        so it returns weights + xi on every floating tensor.
+        """
         from fedray.training import local_train
+
+        if client.spec.role == "byzantine":
+            rng = np.random.default_rng(task.seed)
+            attacked = {k: (v + rng.standard_normal(v.shape)).astype(v.dtype) if v.dtype.kind == "f" else v.copy()
+                        for k, v in weights.items()}
+            return attacked, {"loss": float("nan"), "steps": 0.0}
 
         model = self.model(task.arch)
         set_weights(model, weights)
@@ -170,6 +181,34 @@ class Strategy(ABC):
 
     def models_to_evaluate(self) -> dict[str, Weights]:
         return self.models
+
+    def evaluate(self, evaluate_model: Callable[[str, Weights, int], dict[str, float]]) -> dict[str, float]:
+        """Test metrics; ``evaluate_model(arch, weights, group)`` scores a model on a group's test set.
+
+        Default: each architecture's model on the test set of every group its benign clients belong
+        to. ``eval/accuracy`` is the mean over benign clients of their model's accuracy on their
+        group's test data (adversaries are not scored).
+        """
+        benign = [c for c in self.ctx.clients if c.role == "benign"] or self.ctx.clients
+        out: dict[str, float] = {}
+        acc = loss = 0.0
+        for arch, weights in self.models_to_evaluate().items():
+            groups = Counter(c.group for c in benign if c.arch == arch)
+            arch_acc = arch_loss = 0.0
+            for group, count in sorted(groups.items()):
+                result = evaluate_model(arch, weights, group)
+                if len(groups) > 1:
+                    out[f"eval/accuracy/{arch}/group{group}"] = result["accuracy"]
+                arch_acc += count * result["accuracy"] / sum(groups.values())
+                arch_loss += count * result["loss"] / sum(groups.values())
+            out[f"eval/accuracy/{arch}"], out[f"eval/loss/{arch}"] = arch_acc, arch_loss
+            share = sum(groups.values()) / len(benign)
+            if self.pools_data:  # one pooled client per architecture: weigh by the configured counts
+                counts = self.config.federation.architectures
+                share = counts[arch] / sum(counts.values())
+            acc, loss = acc + share * arch_acc, loss + share * arch_loss
+        out["eval/accuracy"], out["eval/loss"] = acc, loss
+        return out
 
     # -- checkpointing ---------------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:

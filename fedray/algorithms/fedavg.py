@@ -51,7 +51,8 @@ def group_by_arch(updates: list[ClientUpdate]) -> dict[str, list[ClientUpdate]]:
 
 
 def mean_client_loss(updates: list[ClientUpdate]) -> dict[str, float]:
-    return {"train/loss": float(np.mean([u.metrics["loss"] for u in updates]))}
+    losses = [u.metrics["loss"] for u in updates if not np.isnan(u.metrics["loss"])]  # Byzantine: nan
+    return {"train/loss": float(np.mean(losses))} if losses else {}
 
 
 class FedAvg(Strategy):
