@@ -50,12 +50,12 @@ def optimal_bipartition(alpha: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
     clusters = m
     for s in np.argsort(-np.asarray(alpha).ravel(), kind="stable"):  # most similar pair first
+        if clusters == 2:
+            break
         i1, i2 = root(int(s) // m), root(int(s) % m)
         if i1 != i2:  # the union of the clusters containing i1 and i2 (diagonal entries are no-ops)
             parent[i2] = i1
             clusters -= 1
-            if clusters == 2:
-                break
     side = np.array([root(i) == root(0) for i in range(m)])
     return np.flatnonzero(side), np.flatnonzero(~side)
 
