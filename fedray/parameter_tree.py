@@ -1,0 +1,199 @@
+"""The parameter tree of Clustered FL (thesis section 6.4.3, Fig. 6.5).
+
+A node is a cluster: its clients and its model. The root is the whole population; a split turns a
+leaf into an inner node whose model stays frozen as the pre-split (stationary) solution theta_v*,
+and gives it two children that start from that model. The edge to each child caches the child's
+clients' pre-split updates (eq. 6.42), which is what a new client is compared with when it
+descends the tree (Alg. 13). A client's root-to-leaf path gives it models of increasing
+specificity. In Byzantine mode a split keeps only the larger child (eq. 6.50); the smaller one
+stays in the tree, marked ``dropped``, and its clients train no more.
+"""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+import numpy as np
+
+from fedray.clustering import cosine_similarities
+from fedray.weights import Weights
+
+
+@dataclass
+class TreeNode:
+    node_id: int
+    clients: list[int]
+    model: Weights
+    parent: int | None = None
+    children: list[int] = field(default_factory=list)
+    created: int = 0  # round of the split that made it (0 for the root)
+    edge_updates: np.ndarray | None = None  # the clients' pre-split updates, one row each (eq. 6.42)
+    dropped: bool = False
+
+    @property
+    def is_leaf(self) -> bool:
+        return not self.children
+
+
+class ParameterTree:
+    """Clusters, their models and the history of splits.
+
+    Args:
+        clients: the ids of every client (the root cluster).
+        model: the initial model theta_0 of the root.
+    """
+
+    def __init__(self, clients: list[int], model: Weights):
+        self.nodes: dict[int, TreeNode] = {0: TreeNode(0, sorted(clients), copy.deepcopy(model))}
+
+    # -- queries ---------------------------------------------------------------------------------
+    def leaves(self) -> list[int]:
+        """The active clusters: leaves that were not dropped, by id."""
+        return [n.node_id for n in self.nodes.values() if n.is_leaf and not n.dropped]
+
+    def clusters(self) -> dict[int, list[int]]:
+        """Active cluster id -> its clients."""
+        return {v: list(self.nodes[v].clients) for v in self.leaves()}
+
+    def cluster_of(self, client: int) -> int | None:
+        """The active leaf holding ``client``, or None if it was dropped."""
+        return next((v for v in self.leaves() if client in self.nodes[v].clients), None)
+
+    def model(self, node: int) -> Weights:
+        return self.nodes[node].model
+
+    def models(self) -> dict[int, Weights]:
+        """Every active cluster's model, by cluster id."""
+        return {v: self.nodes[v].model for v in self.leaves()}
+
+    def set_models(self, models: dict[int, Weights]) -> None:
+        """Store the clusters' models after a round of training (only leaves change)."""
+        for node, weights in models.items():
+            if not self.nodes[node].is_leaf:
+                raise ValueError(f"cluster {node} was split; its model is frozen")
+            self.nodes[node].model = weights
+
+    def path(self, client: int) -> list[int]:
+        """Node ids from the root to the leaf (active or dropped) that holds ``client``."""
+        leaf = next(n.node_id for n in self.nodes.values() if n.is_leaf and client in n.clients)
+        path = [leaf]
+        while self.nodes[path[-1]].parent is not None:
+            path.append(self.nodes[path[-1]].parent)
+        return path[::-1]
+
+    # -- changes ---------------------------------------------------------------------------------
+    def split(self, node: int, c1: list[int], c2: list[int], updates: dict[int, np.ndarray], round: int,
+              keep: str = "both") -> list[int]:
+        """Split leaf ``node`` into children with clients c1 and c2; returns the children's ids.
+
+        ``updates`` maps each of the node's clients to its pre-split update (cached on the edges).
+        ``keep="larger"`` is the Byzantine-robust rule (eq. 6.50): the smaller child is dropped
+        (ties keep c1).
+        """
+        parent = self.nodes[node]
+        if not parent.is_leaf or parent.dropped:
+            raise ValueError(f"cluster {node} is not an active leaf")
+        if sorted(list(c1) + list(c2)) != parent.clients or not c1 or not c2:
+            raise ValueError(f"children {sorted(c1)} and {sorted(c2)} do not bipartition cluster {node}")
+        if keep not in ("both", "larger"):
+            raise ValueError(f"keep must be 'both' or 'larger', got {keep!r}")
+        children = []
+        for members in (sorted(c1), sorted(c2)):
+            child = TreeNode(max(self.nodes) + 1, members, copy.deepcopy(parent.model), node,
+                             created=round, edge_updates=np.stack([np.asarray(updates[i]) for i in members]))
+            self.nodes[child.node_id] = child
+            parent.children.append(child.node_id)
+            children.append(child.node_id)
+        if keep == "larger":
+            small = children[1] if len(c2) <= len(c1) else children[0]
+            self.nodes[small].dropped = True
+        return children
+
+    def assign(self, update_at: Callable[[Weights], np.ndarray]) -> int:
+        """Algorithm 13: the leaf a new client belongs to.
+
+        ``update_at(theta)`` is the new client's update SGD(theta, D_new) - theta, flattened (and
+        privacy-transformed like the cached ones). At each inner node v the client moves to the
+        child whose cached pre-split updates hold the one most similar to its update at theta_v*.
+        """
+        v = 0
+        while self.nodes[v].children:
+            update = np.asarray(update_at(self.nodes[v].model), dtype=np.float64)
+            best = []
+            for child in self.nodes[v].children:
+                cached = self.nodes[child].edge_updates
+                best.append(cosine_similarities(np.vstack([update[None], cached]))[0, 1:].max())
+            v = self.nodes[v].children[int(np.argmax(best))]
+        return v
+
+    # -- display, checkpoints --------------------------------------------------------------------
+    def describe(self) -> str:
+        """The tree as indented text: one line per node."""
+        lines = []
+
+        def walk(v: int, depth: int) -> None:
+            n = self.nodes[v]
+            tag = " dropped" if n.dropped else (" active" if n.is_leaf else "")
+            lines.append(f"{'  ' * depth}cluster {v} (round {n.created}, {len(n.clients)} clients{tag}): "
+                         f"{_ranges(n.clients)}")
+            for child in n.children:
+                walk(child, depth + 1)
+
+        walk(0, 0)
+        return "\n".join(lines)
+
+    def figure(self, title: str = ""):
+        """The tree drawn with matplotlib: nodes at their depth, leaves spread left to right."""
+        import matplotlib.pyplot as plt
+
+        leaves = [v for v in self._preorder() if self.nodes[v].is_leaf]
+        x = {v: float(i) for i, v in enumerate(leaves)}
+        for v in reversed(self._preorder()):
+            if v not in x:
+                x[v] = float(np.mean([x[c] for c in self.nodes[v].children]))
+        depth = {0: 0}
+        for v in self._preorder():
+            for c in self.nodes[v].children:
+                depth[c] = depth[v] + 1
+        fig, ax = plt.subplots(figsize=(max(4.0, 1.6 * len(leaves)), 1.5 + 1.2 * max(depth.values())))
+        for v, n in self.nodes.items():
+            for c in n.children:
+                ax.plot([x[v], x[c]], [-depth[v], -depth[c]], color="grey", lw=1)
+        for v, n in self.nodes.items():
+            color = "lightgrey" if n.dropped else ("palegreen" if n.is_leaf else "lightblue")
+            ax.text(x[v], -depth[v], f"{v}\n{len(n.clients)} clients\nround {n.created}", ha="center",
+                    va="center", fontsize=8, bbox={"boxstyle": "round", "fc": color})
+        ax.set_xlim(-0.7, len(leaves) - 0.3)
+        ax.set_ylim(-max(depth.values()) - 0.6, 0.6)
+        ax.axis("off")
+        ax.set_title(title or "parameter tree (green: active clusters, grey: dropped)", fontsize=9)
+        fig.tight_layout()
+        return fig
+
+    def _preorder(self) -> list[int]:
+        order, stack = [], [0]
+        while stack:
+            v = stack.pop()
+            order.append(v)
+            stack.extend(reversed(self.nodes[v].children))
+        return order
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"nodes": copy.deepcopy(self.nodes)}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.nodes = copy.deepcopy(state["nodes"])
+
+
+def _ranges(ids: list[int]) -> str:
+    """[0, 1, 2, 5] -> '0-2, 5'."""
+    out, start = [], None
+    for i, v in enumerate(ids):
+        if start is None:
+            start = v
+        if i + 1 == len(ids) or ids[i + 1] != v + 1:
+            out.append(f"{start}-{v}" if v > start else f"{v}")
+            start = None
+    return ", ".join(out)
