@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from actors.client import RayExecutor
+from actors.tree import tree_actor_factory
 from fedray.config import Config
 from fedray.federation import Federation
 from fedray.messages import RoundResult
@@ -24,7 +25,7 @@ class ServerActor:
 
     def start(self) -> int:
         config, run_dir, resume = self.args
-        self.federation = Federation(config, run_dir, RayExecutor, resume=resume)
+        self.federation = Federation(config, run_dir, RayExecutor, resume=resume, tree_factory=tree_actor_factory())
         return self.federation.round
 
     def current_round(self) -> int:

@@ -89,10 +89,11 @@ class Federation:
         run_dir: folder for event files, ``config.yaml``, ``checkpoint.pt`` and ``result.json``.
         executor_factory: builds the executor that reaches the clients.
         resume: continue from ``run_dir/checkpoint.pt`` instead of starting at round 1.
+        tree_factory: builds clustered FL's parameter tree (the ``ParameterTreeActor`` under Ray).
     """
 
     def __init__(self, config: Config, run_dir: str | Path, executor_factory: ExecutorFactory,
-                 resume: bool = False):
+                 resume: bool = False, tree_factory: Callable[..., Any] | None = None):
         self.config = config
         self.run_dir = Path(run_dir)
         self.run_dir.mkdir(parents=True, exist_ok=True)
@@ -102,7 +103,7 @@ class Federation:
         strategy_cls = get_algorithm(config.algorithm.name)
         self.clients = make_clients(config, self.data, strategy_cls.pools_data)
         build = model_builder(config, self.data.input_shape, self.data.num_classes)
-        self.strategy: Strategy = strategy_cls(config.algorithm_params(), ServerContext(config, self.clients, build))
+        self.strategy: Strategy = strategy_cls(config.algorithm_params(), ServerContext(config, self.clients, build, tree_factory))
         self._build = build
         self._eval_models: dict[str, torch.nn.Module] = {}
         self._test_sets: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
@@ -128,6 +129,11 @@ class Federation:
         updates = self.executor.execute(plan)
         clients_done = time.perf_counter()
         metrics = dict(self.strategy.aggregate(self.round, updates))
+        for tag, item in self.strategy.artifacts(self.round).items():
+            if isinstance(item, str):
+                self.writer.log_text(tag, item, self.round)
+            else:
+                self.writer.log_figure(tag, item, self.round)
         metrics.update(self._communication(plan, updates))
         metrics["time/clients_s"] = clients_done - start
         metrics["time/aggregate_s"] = time.perf_counter() - clients_done
@@ -190,6 +196,7 @@ class Federation:
             "comm": dict(self.totals),
             "executor": self.executor.describe(),
         }
+        summary.update(self.strategy.summary())
         (self.run_dir / "result.json").write_text(json.dumps(summary, indent=2))
         self.writer.close()
         self.executor.shutdown()

@@ -111,6 +111,19 @@ class ParameterTree:
             self.nodes[small].dropped = True
         return children
 
+    def children(self, node: int) -> list[int]:
+        return list(self.nodes[node].children)
+
+    def closer_child(self, node: int, update: np.ndarray) -> int:
+        """Alg. 13's step: the child of ``node`` whose cached pre-split updates hold the one most
+        similar to ``update`` (a new client's update at theta_node*)."""
+        update = np.asarray(update, dtype=np.float64)
+        best = []
+        for child in self.nodes[node].children:
+            cached = self.nodes[child].edge_updates
+            best.append(cosine_similarities(np.vstack([update[None], cached]))[0, 1:].max())
+        return self.nodes[node].children[int(np.argmax(best))]
+
     def assign(self, update_at: Callable[[Weights], np.ndarray]) -> int:
         """Algorithm 13: the leaf a new client belongs to.
 
@@ -118,15 +131,7 @@ class ParameterTree:
         privacy-transformed like the cached ones). At each inner node v the client moves to the
         child whose cached pre-split updates hold the one most similar to its update at theta_v*.
         """
-        v = 0
-        while self.nodes[v].children:
-            update = np.asarray(update_at(self.nodes[v].model), dtype=np.float64)
-            best = []
-            for child in self.nodes[v].children:
-                cached = self.nodes[child].edge_updates
-                best.append(cosine_similarities(np.vstack([update[None], cached]))[0, 1:].max())
-            v = self.nodes[v].children[int(np.argmax(best))]
-        return v
+        return descend(self, update_at)
 
     # -- display, checkpoints --------------------------------------------------------------------
     def describe(self) -> str:
@@ -197,3 +202,12 @@ def _ranges(ids: list[int]) -> str:
             out.append(f"{start}-{v}" if v > start else f"{v}")
             start = None
     return ", ".join(out)
+
+
+def descend(tree, update_at: Callable[[Weights], np.ndarray]) -> int:
+    """Alg. 13 on a ParameterTree or its actor proxy: from the root, move to the closer child until
+    a leaf. The new client's updates are computed here, where its data is, not inside the tree."""
+    v = 0
+    while tree.children(v):
+        v = tree.closer_child(v, update_at(tree.model(v)))
+    return v

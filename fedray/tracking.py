@@ -50,6 +50,10 @@ class RunWriter:
     def log_figure(self, tag: str, figure, step: int = 0) -> None:
         self.writer.add_figure(tag, figure, step)
 
+    def log_text(self, tag: str, text: str, step: int = 0) -> None:
+        """Text shown in TensorBoard's Text tab (monospaced: indentation is kept)."""
+        self.writer.add_text(tag, "    " + text.replace("\n", "\n    "), step)
+
     def close(self) -> None:
         self.writer.close()
 

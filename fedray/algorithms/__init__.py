@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from fedray.algorithms.base import ClientAlgorithm, Params, ServerContext, Strategy, VirtualClient
 from fedray.algorithms.central import Central
+from fedray.algorithms.cfl import CFL
 from fedray.algorithms.dgc import DGC
 from fedray.algorithms.dsgd import DSGD
 from fedray.algorithms.fedavg import FedAvg
@@ -11,7 +12,7 @@ from fedray.algorithms.fedprox import FedProx
 from fedray.algorithms.signsgd import SignSGD
 from fedray.algorithms.stc import STC
 
-ALGORITHMS: dict[str, type[Strategy]] = {s.name: s for s in (FedAvg, FedProx, DSGD, Central, STC, SignSGD, DGC)}
+ALGORITHMS: dict[str, type[Strategy]] = {s.name: s for s in (FedAvg, FedProx, DSGD, Central, STC, SignSGD, DGC, CFL)}
 
 
 def get_algorithm(name: str) -> type[Strategy]:

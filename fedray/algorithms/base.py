@@ -20,7 +20,7 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import Any, Callable, ClassVar
+from typing import Any, Callable, ClassVar, Optional
 
 import numpy as np
 import torch
@@ -62,6 +62,8 @@ class ServerContext:
     config: Config
     clients: list[ClientSpec]
     build_model: Callable[[str], torch.nn.Module]
+    # builds the clustered-FL parameter tree (clients, initial model); None: a local ParameterTree
+    tree_factory: Optional[Callable[[list[int], Weights], Any]] = None
 
     @property
     def architectures(self) -> list[str]:
@@ -181,6 +183,14 @@ class Strategy(ABC):
 
     def models_to_evaluate(self) -> dict[str, Weights]:
         return self.models
+
+    def summary(self) -> dict[str, Any]:
+        """What the method adds to ``result.json`` at the end of a run (default nothing)."""
+        return {}
+
+    def artifacts(self, round: int) -> dict[str, Any]:
+        """Text (str) or matplotlib figures to log this round, by TensorBoard tag (default none)."""
+        return {}
 
     def evaluate(self, evaluate_model: Callable[[str, Weights, int], dict[str, float]]) -> dict[str, float]:
         """Test metrics; ``evaluate_model(arch, weights, group)`` scores a model on a group's test set.

@@ -1,0 +1,63 @@
+"""ParameterTreeActor: clustered FL's parameter tree (``fedray.parameter_tree``) in its own actor.
+
+The CFL strategy in the server actor reaches it through :class:`TreeProxy`, which has the
+ParameterTree's methods and waits for each answer, so the strategy code is the same with and
+without Ray. The tree is checkpointed with the run: the strategy's state holds
+``tree.state_dict()``, and resuming loads it back into a fresh actor.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+import numpy as np
+import ray
+from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+from fedray.parameter_tree import ParameterTree, descend
+from fedray.weights import Weights
+
+
+class ParameterTreeActor(ParameterTree):
+    """Owns the tree during a run: which clusters exist, which model each client trains, the splits."""
+
+    def ping(self) -> bool:
+        return True
+
+
+class TreeProxy:
+    """A ParameterTree whose state lives in a ParameterTreeActor; every call is a blocking remote call."""
+
+    host = "ParameterTreeActor"
+
+    def __init__(self, actor):
+        self.actor = actor
+
+    def __getattr__(self, name: str) -> Callable[..., Any]:
+        method = getattr(self.actor, name)
+        return lambda *args, **kwargs: ray.get(method.remote(*args, **kwargs))
+
+    def assign(self, update_at: Callable[[Weights], np.ndarray]) -> int:
+        return descend(self, update_at)  # the new client's training stays with the caller
+
+    def figure(self, title: str = ""):
+        return self._local().figure(title)  # drawn here; matplotlib figures do not travel well
+
+    def _local(self) -> ParameterTree:
+        tree = ParameterTree.__new__(ParameterTree)
+        tree.load_state_dict(ray.get(self.actor.state_dict.remote()))
+        return tree
+
+
+def tree_actor_factory(num_cpus: float = 0):
+    """A ``tree_factory`` for the Federation: each call starts a ParameterTreeActor next to the caller."""
+
+    def make(clients: list[int], model: Weights) -> TreeProxy:
+        here = ray.get_runtime_context().get_node_id()
+        actor = ray.remote(ParameterTreeActor).options(
+            num_cpus=num_cpus, scheduling_strategy=NodeAffinitySchedulingStrategy(node_id=here, soft=True),
+        ).remote(clients, model)
+        ray.get(actor.ping.remote())
+        return TreeProxy(actor)
+
+    return make
