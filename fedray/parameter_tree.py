@@ -12,6 +12,7 @@ stays in the tree, marked ``dropped``, and its clients train no more.
 from __future__ import annotations
 
 import copy
+import dataclasses
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
@@ -61,6 +62,10 @@ class ParameterTree:
         """The active leaf holding ``client``, or None if it was dropped."""
         return next((v for v in self.leaves() if client in self.nodes[v].clients), None)
 
+    def num_splits(self) -> int:
+        """How many clusters were split so far (the inner nodes)."""
+        return sum(1 for n in self.nodes.values() if n.children)
+
     def model(self, node: int) -> Weights:
         return self.nodes[node].model
 
@@ -101,8 +106,9 @@ class ParameterTree:
             raise ValueError(f"keep must be 'both' or 'larger', got {keep!r}")
         children = []
         for members in (sorted(c1), sorted(c2)):
-            child = TreeNode(max(self.nodes) + 1, members, copy.deepcopy(parent.model), node,
-                             created=round, edge_updates=np.stack([np.asarray(updates[i]) for i in members]))
+            cached = np.stack([np.asarray(updates[i], dtype=np.float32) for i in members])  # as uploaded
+            child = TreeNode(max(self.nodes) + 1, members, dict(parent.model), node, created=round,
+                             edge_updates=cached)
             self.nodes[child.node_id] = child
             parent.children.append(child.node_id)
             children.append(child.node_id)
@@ -186,10 +192,18 @@ class ParameterTree:
         return order
 
     def state_dict(self) -> dict[str, Any]:
-        return {"nodes": copy.deepcopy(self.nodes)}
+        """The nodes, sharing their arrays with the tree: a node's model is replaced, never changed in
+        place, and cached updates never change, so copying them (often gigabytes under Byzantine
+        splits: every split caches its cluster's updates) would only cost memory."""
+        return {"nodes": {v: _copy_node(n) for v, n in self.nodes.items()}}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        self.nodes = copy.deepcopy(state["nodes"])
+        self.nodes = {v: _copy_node(n) for v, n in state["nodes"].items()}
+
+
+def _copy_node(node: TreeNode) -> TreeNode:
+    return dataclasses.replace(node, clients=list(node.clients), model=dict(node.model),
+                               children=list(node.children))
 
 
 def _ranges(ids: list[int]) -> str:
