@@ -165,7 +165,7 @@ class CFL(Strategy):
                 metrics.update({f"{tag}/alpha_cross": decision.alpha_cross, f"{tag}/gap": decision.gap})
             if decision.split:
                 splits.append((v, [members[j] for j in decision.c1], [members[j] for j in decision.c2],
-                               dict(zip(members, rows))))
+                               {i: by_id[i].payload for i in members}))
             elif self.params.schedule == "recursive" and may_split and decision.mean_norm < eps1:
                 self.finished.append(v)  # Alg. 11's else-branch: this cluster keeps theta*
         self.tree.set_models(new_models)
@@ -191,12 +191,15 @@ class CFL(Strategy):
         return decision, eps1, eps2, may_split
 
     def _population_metrics(self) -> dict[str, float]:
-        """Cluster count, and how many adversaries still share a cluster with benign clients."""
+        """Cluster count, splits so far, clients dropped (Byzantine mode), and how many adversaries
+        still share a cluster with benign clients."""
         roles = {c.client_id: c.role for c in self.ctx.clients}
         clusters = self.tree.clusters()
         mixed = sum(1 for members in clusters.values() if any(roles[i] == "benign" for i in members)
                     for i in members if roles[i] != "benign")
-        return {"cfl/clusters": float(len(clusters)), "cfl/adversaries_with_benign": float(mixed)}
+        active = sum(len(members) for members in clusters.values())
+        return {"cfl/clusters": float(len(clusters)), "cfl/splits": float(self.tree.num_splits()),
+                "cfl/dropped_clients": float(len(roles) - active), "cfl/adversaries_with_benign": float(mixed)}
 
     # -- evaluation, monitoring ------------------------------------------------------------------
     def models_to_evaluate(self) -> dict[str, Weights]:

@@ -72,9 +72,11 @@ def test_byzantine_rule_keeps_the_larger_child_and_drops_the_rest():
     # each Byzantine client is its own distribution: one split removes one of them (the one least
     # like everyone else), as in section 6.7 where Byzantine clients need several splits
     assert s.tree.clusters() == {1: [0, 1, 2, 4]} and m["cfl/adversaries_with_benign"] == 1
+    assert (m["cfl/clusters"], m["cfl/splits"], m["cfl/dropped_clients"]) == (1, 1, 1)
     assert [t.client_id for t in s.configure_round(2).tasks] == [0, 1, 2, 4]  # dropped clients train no more
     m = s.aggregate(2, benign + [upload(4, [-2, 4, -7])])
     assert s.tree.clusters() == {3: [0, 1, 2]} and m["cfl/adversaries_with_benign"] == 0
+    assert (m["cfl/clusters"], m["cfl/splits"], m["cfl/dropped_clients"]) == (1, 2, 2)
     assert [n.node_id for n in s.tree.nodes.values() if n.dropped] == [2, 4]
 
 
