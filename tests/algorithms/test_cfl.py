@@ -182,3 +182,32 @@ def test_privacy_transform_changes_no_decision(fmnist, swapped, privacy):
     assert abs(len(hidden) - len(plain)) <= 1 and strategy.tree.clusters() == {1: [0], 2: [1]}
     for key in ("cfl/cluster0/mean_norm", "cfl/cluster0/max_norm", "cfl/cluster0/alpha_cross"):
         np.testing.assert_allclose([m[key] for m in hidden[:40]], [m[key] for m in plain[:40]], rtol=1e-3)
+
+
+# -- section 6.7 on real data, small ----------------------------------------------------------------
+@pytest.mark.parametrize("adversaries, rounds", [("label_flip", 6), ("byzantine", 8), ("none", 12)])
+def test_robust_cfl_removes_every_adversary_and_no_benign_client(tmp_path, adversaries, rounds):
+    """Table 6.2's setting scaled to 20 clients (6 adversaries): label-flip clients share a distribution
+    and leave in one split, each Byzantine client needs its own, clean data never splits. (Noisy
+    clients need more data per client to separate: scripts/repro_cfl.py shows them.)"""
+    from fedray.clients import LocalExecutor
+    from fedray.federation import Federation
+
+    config = build_config({
+        "data": {"dataset": "fashion_mnist", "train_limit": 6000, "test_limit": 1000,
+                 "adversaries": adversaries, "adversary_fraction": 0.3},
+        "federation": {"num_clients": 20, "clients_per_round": 20, "rounds": rounds, "eval_every": rounds,
+                       "architectures": {"mlp": 20}},
+        "training": {"lr": 0.1, "batch_size": 100, "epochs": 1},
+        "algorithm": {"name": "cfl", "byzantine": True, "norm_criteria": False, "alpha_thresh": 0.02},
+        "runtime": {"backend": "local", "torch_threads": 1}, "checkpoint_every": 1000})
+    fed = Federation(config, tmp_path, LocalExecutor)
+    history = [fed.run_round().metrics for _ in range(rounds)]
+    summary = fed.finish()
+    bad = sorted(c.client_id for c in fed.strategy.ctx.clients if c.role != "benign")
+    assert len(bad) == (0 if adversaries == "none" else 6)
+    assert summary["dropped_clients"] == bad  # every adversary, and only adversaries
+    splits = [m["cfl/splits"] for m in history]
+    assert splits[-1] == {"label_flip": 1, "byzantine": 6, "none": 0}[adversaries]
+    assert history[-1]["cfl/adversaries_with_benign"] == 0
+    assert history[-1]["eval/accuracy"] > 0.6  # the benign cluster learns
