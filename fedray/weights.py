@@ -46,6 +46,11 @@ def weighted_mean(states: Sequence[Weights], coefficients: Sequence[float]) -> W
     return out
 
 
+def is_update(array: np.ndarray) -> bool:
+    """Floating tensors are trained, updated and sent; integer buffers (BatchNorm's counter) are not."""
+    return array.dtype.kind == "f"
+
+
 def nbytes(payload) -> int:
     """Bytes of a payload made of numpy arrays or encoded bytes (nested in dicts, lists or tuples)."""
     if isinstance(payload, np.ndarray):

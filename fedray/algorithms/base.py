@@ -28,7 +28,7 @@ from pydantic import BaseModel, ConfigDict
 
 from fedray.config import Config
 from fedray.messages import ClientSpec, ClientTask, ClientUpdate, RoundPlan
-from fedray.weights import Weights, get_weights, set_weights
+from fedray.weights import Weights, get_weights, is_update, set_weights
 
 
 class Params(BaseModel):
@@ -115,7 +115,7 @@ class ClientAlgorithm(ABC):
 
         if client.spec.role == "byzantine":
             rng = np.random.default_rng(task.seed)
-            attacked = {k: (v + rng.standard_normal(v.shape)).astype(v.dtype) if v.dtype.kind == "f" else v.copy()
+            attacked = {k: (v + rng.standard_normal(v.shape)).astype(v.dtype) if is_update(v) else v.copy()
                         for k, v in weights.items()}
             return attacked, {"loss": float("nan"), "steps": 0.0}
 

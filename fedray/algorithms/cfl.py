@@ -39,7 +39,7 @@ from fedray.algorithms.base import ClientAlgorithm, Params, ServerContext, Strat
 from fedray.clustering import OrthonormalTransform, alpha_threshold, decide_split
 from fedray.messages import ClientTask, ClientUpdate, RoundPlan
 from fedray.parameter_tree import ParameterTree
-from fedray.weights import Weights, nbytes
+from fedray.weights import Weights, is_update, nbytes
 
 
 class CFLParams(Params):
@@ -61,7 +61,7 @@ class CFLParams(Params):
 
 def float_names(weights: Weights) -> list[str]:
     """The tensors that take part in updates and similarities (floating ones, in model order)."""
-    return [k for k, v in weights.items() if v.dtype.kind == "f"]
+    return [k for k, v in weights.items() if is_update(v)]
 
 
 def flatten_update(trained: Weights, theta: Weights) -> np.ndarray:
@@ -119,7 +119,7 @@ class CFL(Strategy):
         self.threshold = alpha_threshold(params.gamma_max) if params.gamma_max is not None else params.alpha_thresh
         make_tree = ctx.tree_factory or ParameterTree
         self.tree = make_tree([c.client_id for c in ctx.clients], self.models[self.arch])
-        self.dim = sum(v.size for k, v in self.models[self.arch].items() if v.dtype.kind == "f")
+        self.dim = sum(self.models[self.arch][k].size for k in float_names(self.models[self.arch]))
         self.transform = OrthonormalTransform(params.privacy, self.dim, self.config.seed)
         self.max_mean_norm = 0.0  # over all clusters and rounds so far, for the automatic eps1
         self.finished: list[int] = []  # recursive schedule: clusters that reached their stationary point

@@ -25,9 +25,9 @@ import numpy as np
 from pydantic import Field
 
 from fedray.algorithms.base import Params
-from fedray.algorithms.stc import STC, Compressor, STCClient, compress, is_update
+from fedray.algorithms.stc import STC, Compressor, STCClient, compress
 from fedray.messages import ClientTask
-from fedray.weights import Weights
+from fedray.weights import Weights, is_update
 
 
 class DGCParams(Params):

@@ -24,10 +24,10 @@ from pydantic import Field
 
 from fedray.algorithms.base import ClientAlgorithm, Params, ServerContext, Strategy, VirtualClient, task_seed
 from fedray.algorithms.fedavg import group_by_arch, mean_client_loss
-from fedray.algorithms.stc import decode, forget_old, is_update, model_crc
+from fedray.algorithms.stc import decode, forget_old, model_crc
 from fedray.compression import encode_tensor, majority_vote, sign
 from fedray.messages import ClientFailure, ClientTask, ClientUpdate, RoundPlan
-from fedray.weights import Weights, get_weights, nbytes
+from fedray.weights import Weights, get_weights, is_update, nbytes
 
 Votes = dict[str, np.ndarray]
 

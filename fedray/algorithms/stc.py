@@ -37,7 +37,7 @@ from fedray.algorithms.base import ClientAlgorithm, Params, ServerContext, Strat
 from fedray.algorithms.fedavg import group_by_arch, mean_client_loss
 from fedray.compression import COMPRESSORS, decode_tensor, encode_tensor, identity
 from fedray.messages import ClientFailure, ClientTask, ClientUpdate, RoundPlan
-from fedray.weights import Weights, get_weights, nbytes, weighted_mean
+from fedray.weights import Weights, get_weights, is_update, nbytes, weighted_mean
 
 Compressor = Literal["stc", "sbc", "topk", "none"]
 
@@ -51,11 +51,6 @@ class STCParams(Params):
     server_residual: bool = True
     weighted: bool = False
     cache_rounds: int = Field(50, ge=0)
-
-
-def is_update(array: np.ndarray) -> bool:
-    """Floating tensors are updated and sent; integer buffers are not."""
-    return array.dtype.kind == "f"
 
 
 def compress(update: Weights, kind: str, p: float) -> tuple[Weights, dict[str, bytes]]:
