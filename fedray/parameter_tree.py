@@ -62,6 +62,10 @@ class ParameterTree:
         """The active leaf holding ``client``, or None if it was dropped."""
         return next((v for v in self.leaves() if client in self.nodes[v].clients), None)
 
+    def leaf_of(self) -> dict[int, int]:
+        """Client -> the leaf it ended in: its active cluster, or the dropped one."""
+        return {i: n.node_id for n in self.nodes.values() if n.is_leaf for i in n.clients}
+
     def num_splits(self) -> int:
         """How many clusters were split so far (the inner nodes)."""
         return sum(1 for n in self.nodes.values() if n.children)
@@ -148,7 +152,7 @@ class ParameterTree:
             n = self.nodes[v]
             tag = " dropped" if n.dropped else (" active" if n.is_leaf else "")
             lines.append(f"{'  ' * depth}cluster {v} (round {n.created}, {len(n.clients)} clients{tag}): "
-                         f"{_ranges(n.clients)}")
+                         f"{id_ranges(n.clients)}")
             for child in n.children:
                 walk(child, depth + 1)
 
@@ -206,7 +210,7 @@ def _copy_node(node: TreeNode) -> TreeNode:
                                children=list(node.children))
 
 
-def _ranges(ids: list[int]) -> str:
+def id_ranges(ids: list[int]) -> str:
     """[0, 1, 2, 5] -> '0-2, 5'."""
     out, start = [], None
     for i, v in enumerate(ids):

@@ -26,7 +26,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 from fedray.clients import LocalExecutor  # noqa: E402
 from fedray.config import load_config  # noqa: E402
 from fedray.federation import Federation  # noqa: E402
-from fedray.parameter_tree import _ranges  # noqa: E402
+from fedray.parameter_tree import id_ranges  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 TABLE62 = ROOT / "configs" / "repro_thesis_table62_fmnist.yaml"
@@ -93,7 +93,7 @@ def write_outputs(results: dict[tuple[str, str], dict], out: Path) -> None:
             cells.append(f"**{100 * final_accuracy(r):.1f}** (paper {PAPER62[s][i]})" if r else "n.a.")
         lines.append(f"| {method} | " + " | ".join(cells) + " |")
     lines += ["", "| CFL | " + " | ".join(SCENARIOS.values()) + " |", "|---|" + "---|" * len(SCENARIOS)]
-    rows = {"splits (at rounds)": lambda r: f"{len(splits(r))} ({_ranges(splits(r))})" if splits(r) else "none",
+    rows = {"splits (at rounds)": lambda r: f"{len(splits(r))} ({id_ranges(splits(r))})" if splits(r) else "none",
             "clients dropped (benign among them)":
                 lambda r: f"{len(r['dropped'])} ({len(set(r['dropped']) - set(r['adversaries']))})",
             "adversaries out of the benign cluster by round":
@@ -107,7 +107,7 @@ def write_outputs(results: dict[tuple[str, str], dict], out: Path) -> None:
         lines += ["", f"## Fig. 6.8 on Fashion-MNIST: 20 clients, 4 label permutations  (`{FIG68.name}`)", "",
                   "| | FL | CFL | splits at rounds | final clusters |", "|---|---|---|---|---|",
                   f"| ours | {100 * final_accuracy(fl):.1f} | {100 * final_accuracy(cfl):.1f} | "
-                  f"{', '.join(map(str, splits(cfl)))} | {'; '.join(_ranges(c) for c in cfl['clusters'].values())} |",
+                  f"{', '.join(map(str, splits(cfl)))} | {'; '.join(id_ranges(c) for c in cfl['clusters'].values())} |",
                   "| paper (CIFAR-10, 5-layer CNN) | about 20 | close to 60 | 50, 100, 150 | 4 groups |"]
     out.with_suffix(".md").write_text("\n".join(lines) + "\n")
 

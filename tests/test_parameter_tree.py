@@ -48,6 +48,7 @@ def test_byzantine_mode_keeps_only_the_larger_child():
     benign, bad = tree.split(0, list(range(7)), [7, 8, 9], upd, round=5, keep="larger")
     assert tree.leaves() == [benign] and tree.nodes[bad].dropped
     assert tree.cluster_of(8) is None and tree.cluster_of(3) == benign
+    assert tree.leaf_of() == {**{i: benign for i in range(7)}, 7: bad, 8: bad, 9: bad}
     assert "dropped" in tree.describe()
 
 

@@ -211,8 +211,9 @@ class CFL(Strategy):
         benign = [c for c in self.ctx.clients if c.role == "benign"]
         cache: dict[tuple[int, int], dict[str, float]] = {}
         per_cluster: dict[int, list[dict[str, float]]] = {}
+        leaf_of = self.tree.leaf_of()  # one call: under Ray each tree query is a round trip
         for c in benign:
-            leaf = self.tree.path(c.client_id)[-1]  # its active cluster, or the dropped one it ended in
+            leaf = leaf_of[c.client_id]
             if (leaf, c.group) not in cache:
                 cache[leaf, c.group] = evaluate_model(self.arch, self.tree.model(leaf), c.group)
             per_cluster.setdefault(leaf, []).append(cache[leaf, c.group])
@@ -224,9 +225,10 @@ class CFL(Strategy):
 
     def summary(self) -> dict[str, Any]:
         """The final clusters (id -> clients), the dropped ones, and where the tree lived."""
-        return {"clusters": {str(v): members for v, members in self.tree.clusters().items()},
-                "dropped_clients": sorted(c.client_id for c in self.ctx.clients
-                                          if self.tree.cluster_of(c.client_id) is None),
+        clusters = self.tree.clusters()
+        active = {i for members in clusters.values() for i in members}
+        return {"clusters": {str(v): members for v, members in clusters.items()},
+                "dropped_clients": sorted(c.client_id for c in self.ctx.clients if c.client_id not in active),
                 "tree_host": getattr(self.tree, "host", "in-process")}
 
     def artifacts(self, round: int) -> dict[str, Any]:
