@@ -44,9 +44,10 @@ class RayExecutor:
         n = num_client_actors(len(specs), rt, resources.get("CPU", 0.0), resources.get("GPU", 0.0))
         remote = ray.remote(num_cpus=rt.actor_cpus, num_gpus=rt.actor_gpus)(ClientActor)
         x_ref, y_ref, specs_ref = ray.put(data.train_x), ray.put(data.train_y), ray.put(specs)
+        aux_ref = ray.put(data.aux_x)
         self.groups = assign_clients(specs, n)
         self.actors = [remote.remote(config, specs_ref, x_ref, y_ref, data.num_classes, rt.actor_gpus,
-                                     [c.client_id for c in group])
+                                     [c.client_id for c in group], aux_x=aux_ref)
                        for group in self.groups]
         self.owner = {spec.client_id: actor for actor, group in zip(self.actors, self.groups) for spec in group}
         self.sizes = {spec.client_id: spec.num_samples for spec in specs}

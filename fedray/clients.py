@@ -47,16 +47,18 @@ class ClientHost:
         home: ids of the clients whose data and persistent state live here (default: all of
             ``specs``). Other clients of ``specs`` are served on demand, only for stateless methods.
         threads: torch threads (default ``runtime.torch_threads``, else the actor's whole CPUs).
+        aux_x: unlabelled auxiliary inputs (distillation methods), copied once to this host's device.
     """
 
     def __init__(self, config: Config, specs: list[ClientSpec], train_x: np.ndarray, train_y: np.ndarray,
                  num_classes: int, gpus: float = 0.0, home: list[int] | None = None,
-                 threads: int | None = None):
+                 threads: int | None = None, aux_x: np.ndarray | None = None):
         torch.set_num_threads(threads or config.runtime.torch_threads or max(1, int(config.runtime.actor_cpus)))
         self.device = resolve_device(config.runtime.device, gpus)
         algorithm = get_algorithm(config.algorithm.name)
         build = model_builder(config, train_x.shape[1:], num_classes)
-        self.algorithm = algorithm.Client(config.algorithm_params(), config, build, self.device)
+        aux = None if aux_x is None else torch.from_numpy(np.ascontiguousarray(aux_x)).to(self.device)
+        self.algorithm = algorithm.Client(config.algorithm_params(), config, build, self.device, aux)
         self.config, self.num_classes = config, num_classes
         self.train_x, self.train_y = train_x, train_y
         self.specs = {spec.client_id: spec for spec in specs}
@@ -114,7 +116,8 @@ class LocalExecutor:
 
     def __init__(self, config: Config, specs: list[ClientSpec], data):
         threads = config.runtime.torch_threads or os.cpu_count() or 1
-        self.host = ClientHost(config, specs, data.train_x, data.train_y, data.num_classes, threads=threads)
+        self.host = ClientHost(config, specs, data.train_x, data.train_y, data.num_classes, threads=threads,
+                               aux_x=data.aux_x)
 
     def execute(self, plan) -> list[ClientUpdate]:
         updates = [self.host.run(t, *(plan.broadcast[k] for k in t.payload_keys)) for t in plan.tasks]

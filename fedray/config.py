@@ -60,6 +60,24 @@ class DataConfig(_Section):
         return self
 
 
+class AuxConfig(_Section):
+    """Unlabelled auxiliary (public) data for the distillation methods (thesis eq. 7.1, Alg. 3, Alg. 8).
+
+    ``dataset: null`` (default) carves ``size`` samples out of the training set before it is split
+    among clients, so clients never hold them; a data-set name takes ``size`` samples of that set's
+    training part instead, converted to the run's input shape (channels and side length), e.g.
+    scikit-learn ``digits`` resized to 28x28 as out-of-domain data. Only the inputs are kept: the
+    labels of auxiliary samples are dropped when the set is built and can never reach training.
+    ``size: 0`` means no auxiliary data.
+    """
+
+    dataset: Optional[str] = None
+    size: int = Field(0, ge=0)
+    root: Optional[str] = None
+    options: dict[str, Any] = Field(default_factory=dict)
+    seed: int = 0
+
+
 class TrainingConfig(_Section):
     """Local training on each client (the client half of every method)."""
 
@@ -160,6 +178,7 @@ class Config(_Section):
     data: DataConfig = Field(default_factory=DataConfig)
     federation: FederationConfig = Field(default_factory=FederationConfig)
     training: TrainingConfig = Field(default_factory=TrainingConfig)
+    aux: AuxConfig = Field(default_factory=AuxConfig)
     algorithm: AlgorithmConfig = Field(default_factory=AlgorithmConfig)
     runtime: RuntimeConfig = Field(default_factory=RuntimeConfig)
 
@@ -244,6 +263,9 @@ def build_config(tree: dict[str, Any]) -> Config:
     except ValidationError as err:
         raise ConfigError(_format_error(err, prefix="algorithm.")) from None
     _check_names(config)
+    if get_algorithm(config.algorithm.name).needs_aux and config.aux.size == 0:
+        raise ConfigError(f"bad config value aux.size = 0: algorithm {config.algorithm.name} distils on unlabelled "
+                          f"auxiliary data; set aux.size (e.g. aux.size=5000)")
     return config
 
 
@@ -251,11 +273,9 @@ def _check_names(config: Config) -> None:
     from fedray.data import dataset_names
     from fedray.models import model_names
 
-    if config.data.dataset not in dataset_names():
-        raise ConfigError(
-            f"bad config value data.dataset = {config.data.dataset!r}: "
-            f"valid data sets are {', '.join(dataset_names())}"
-        )
+    for key, name in (("data.dataset", config.data.dataset), ("aux.dataset", config.aux.dataset)):
+        if name is not None and name not in dataset_names():
+            raise ConfigError(f"bad config value {key} = {name!r}: valid data sets are {', '.join(dataset_names())}")
     for arch in config.federation.architectures:
         if arch not in model_names():
             raise ConfigError(

@@ -20,6 +20,7 @@ from fedray.algorithms import ServerContext, Strategy, get_algorithm
 from fedray.clients import model_builder
 from fedray.config import Config, save_config
 from fedray.data import DatasetBundle, label_counts, load_dataset, partition, partition_figure
+from fedray.data.auxiliary import carve_aux, foreign_aux
 from fedray.data.shifts import adversary_ids, apply_group, client_groups
 from fedray.messages import ClientSpec, ClientUpdate, RoundPlan, RoundResult
 from fedray.tracking import RunWriter
@@ -41,9 +42,17 @@ ExecutorFactory = Callable[[Config, list[ClientSpec], DatasetBundle], Executor]
 
 
 def load_data(config: Config) -> DatasetBundle:
-    """The configured data set, cut to ``train_limit``/``test_limit`` samples (seeded subsets)."""
-    d = config.data
+    """The configured data set, cut to ``train_limit``/``test_limit`` samples (seeded subsets).
+
+    Auxiliary data (``aux:``) is set apart first: carved out of the training set, so that clients
+    never hold it, or taken from another data set; only its inputs are kept (``bundle.aux_x``).
+    """
+    d, a = config.data, config.aux
     bundle = load_dataset(d.dataset, d.root, **d.options)
+    if a.size and a.dataset is None:
+        bundle.aux_x = carve_aux(bundle, a.size, a.seed)
+    elif a.size:
+        bundle.aux_x = foreign_aux(load_dataset(a.dataset, a.root, **a.options), a.size, a.seed, bundle.input_shape)
     rng = np.random.default_rng([d.seed, 0xDA7A])
     if d.train_limit is not None and d.train_limit < len(bundle.train_y):
         if bundle.client_split is not None:
@@ -103,7 +112,9 @@ class Federation:
         strategy_cls = get_algorithm(config.algorithm.name)
         self.clients = make_clients(config, self.data, strategy_cls.pools_data)
         build = model_builder(config, self.data.input_shape, self.data.num_classes)
-        self.strategy: Strategy = strategy_cls(config.algorithm_params(), ServerContext(config, self.clients, build, tree_factory))
+        context = ServerContext(config, self.clients, build, tree_factory, aux_x=self.data.aux_x,
+                                test_x=self.data.test_x, test_y=self.data.test_y, device=self.device)
+        self.strategy: Strategy = strategy_cls(config.algorithm_params(), context)
         self._build = build
         self._eval_models: dict[str, torch.nn.Module] = {}
         self._test_sets: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
@@ -172,7 +183,8 @@ class Federation:
         return evaluate(model, x, y, self.config.federation.eval_batch_size)
 
     def _communication(self, plan: RoundPlan, updates: list[ClientUpdate]) -> dict[str, float]:
-        sizes = {key: nbytes(payload) for key, payload in plan.broadcast.items()}
+        sizes = {key: plan.sizes.get(key, nbytes(payload)) if plan.sizes else nbytes(payload)
+                 for key, payload in plan.broadcast.items()}
         down = float(sum(sizes[k] for task in plan.tasks for k in task.payload_keys))
         up = float(sum(u.bytes_up for u in updates))
         self.totals["comm/bytes_up_total"] += up

@@ -77,10 +77,17 @@ class ClientUpdate:
 
 @dataclass(frozen=True)
 class RoundPlan:
-    """The round's tasks and the payloads broadcast to them (put in the object store once each)."""
+    """The round's tasks and the payloads broadcast to them (put in the object store once each).
+
+    ``sizes`` overrides the byte count of a payload where what a real client downloads differs from
+    what the simulation hands it: federated distillation's clients download soft labels and distil
+    them into a model that is the same on every client, so the server actor distils once and hands
+    out that model, while the bytes counted are those of the soft labels.
+    """
 
     tasks: list[ClientTask]
     broadcast: dict[str, Any]
+    sizes: dict[str, int] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)

@@ -64,6 +64,11 @@ class ServerContext:
     build_model: Callable[[str], torch.nn.Module]
     # builds the clustered-FL parameter tree (clients, initial model); None: a local ParameterTree
     tree_factory: Optional[Callable[[list[int], Weights], Any]] = None
+    # unlabelled auxiliary inputs (``aux:`` section) and the test set, for server-side distillation
+    aux_x: Optional[np.ndarray] = None
+    test_x: Optional[np.ndarray] = None
+    test_y: Optional[np.ndarray] = None
+    device: torch.device = torch.device("cpu")
 
     @property
     def architectures(self) -> list[str]:
@@ -91,10 +96,11 @@ class ClientAlgorithm(ABC):
     stateful: ClassVar[bool] = False
 
     def __init__(self, params: Params, config: Config, build_model: Callable[[str], torch.nn.Module],
-                 device: torch.device):
+                 device: torch.device, aux_x: Optional[torch.Tensor] = None):
         self.params = params
         self.config = config
         self.device = device
+        self.aux_x = aux_x  # unlabelled auxiliary inputs on this host's device (distillation methods)
         self._build_model = build_model
         self._models: dict[str, torch.nn.Module] = {}
 
@@ -141,12 +147,14 @@ class Strategy(ABC):
 
     Subclasses set ``name``, ``Params`` and ``Client`` and override hooks. ``pools_data`` makes the
     loop give each architecture one client holding the pooled training data (central baseline).
+    ``needs_aux`` makes the config demand unlabelled auxiliary data (``aux.size > 0``).
     """
 
     name: ClassVar[str]
     Params: ClassVar[type[Params]] = Params
     Client: ClassVar[type[ClientAlgorithm]] = ClientAlgorithm
     pools_data: ClassVar[bool] = False
+    needs_aux: ClassVar[bool] = False
 
     def __init__(self, params: Params, ctx: ServerContext):
         self.params = params

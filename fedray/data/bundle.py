@@ -33,6 +33,7 @@ class DatasetBundle:
         client_split: A natural per-client split of the train indices, only for data sets that
             come federated (e.g. ``synthetic``); ``None`` otherwise.
         classes: Class names, if known.
+        aux_x: Unlabelled auxiliary inputs for distillation (``fedray.data.auxiliary``), or ``None``.
     """
 
     name: str
@@ -44,6 +45,7 @@ class DatasetBundle:
     input_shape: tuple[int, ...]
     client_split: list[np.ndarray] | None = None
     classes: list[str] | None = None
+    aux_x: np.ndarray | None = None
 
     def __post_init__(self) -> None:
         for part, x, y in (("train", self.train_x, self.train_y), ("test", self.test_x, self.test_y)):
