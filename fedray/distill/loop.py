@@ -1,0 +1,67 @@
+"""The distillation loop: train a student on unlabelled inputs towards soft labels (eq. 7.1).
+
+    theta^{j+1} <- theta^j - eta * d KL(y~(x) || softmax(f(x; theta^j) / T)) / d theta     (eq. 7.1)
+
+with the loss multiplied by T^2 (Hinton et al.) so the gradient scale does not depend on T. The
+defaults are the FedAUX protocol for every distillation method (fedaux digest section 6): one
+epoch over the distillation set, Adam, lr 5e-5, batch 128, temperature 1.
+"""
+
+from __future__ import annotations
+
+from typing import Literal, Optional
+
+import torch
+import torch.nn.functional as F
+from pydantic import BaseModel, ConfigDict, Field
+
+from fedray.training import batch_indices
+
+
+class DistillParams(BaseModel):
+    """How a student is distilled (``algorithm.distill`` in a config).
+
+    ``steps`` overrides ``epochs``; ``steps: 0`` leaves the student as it is.
+    """
+
+    model_config = ConfigDict(extra="forbid")
+    optimizer: Literal["adam", "sgd"] = "adam"
+    lr: float = Field(5e-5, gt=0)
+    momentum: float = Field(0.0, ge=0, lt=1)
+    batch_size: int = Field(128, ge=1)
+    epochs: int = Field(1, ge=1)
+    steps: Optional[int] = Field(None, ge=0)
+    temperature: float = Field(1.0, gt=0)
+
+    def num_steps(self, num_samples: int) -> int:
+        if self.steps is not None:
+            return self.steps
+        return self.epochs * -(-num_samples // self.batch_size)
+
+
+def distill(model: torch.nn.Module, x: torch.Tensor, target: torch.Tensor, params: DistillParams,
+            generator: torch.Generator) -> dict[str, float]:
+    """Distil ``model`` in place on inputs ``x`` towards soft labels ``target`` (N, C).
+
+    Returns the mean KL loss over the steps and the step count. The batch order comes from
+    ``generator``, so the same seed gives the same student.
+    """
+    if len(x) != len(target):
+        raise ValueError(f"{len(x)} distillation inputs but {len(target)} soft labels")
+    model.train()
+    if params.optimizer == "adam":
+        optimizer = torch.optim.Adam(model.parameters(), lr=params.lr)
+    else:
+        optimizer = torch.optim.SGD(model.parameters(), lr=params.lr, momentum=params.momentum)
+    t = params.temperature
+    total, steps = 0.0, 0
+    for idx in batch_indices(len(x), params.batch_size, params.num_steps(len(x)), generator):
+        idx = idx.to(x.device)
+        optimizer.zero_grad(set_to_none=True)
+        log_student = F.log_softmax(model(x[idx]) / t, dim=1)
+        loss = F.kl_div(log_student, target[idx], reduction="batchmean") * t * t
+        loss.backward()
+        optimizer.step()
+        total += float(loss.detach())
+        steps += 1
+    return {"loss": total / max(steps, 1), "steps": float(steps)}
