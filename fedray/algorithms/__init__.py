@@ -7,12 +7,16 @@ from fedray.algorithms.central import Central
 from fedray.algorithms.cfl import CFL
 from fedray.algorithms.dgc import DGC
 from fedray.algorithms.dsgd import DSGD
+from fedray.algorithms.fd import CFD, FD
 from fedray.algorithms.fedavg import FedAvg
+from fedray.algorithms.fedbe import FedBE
+from fedray.algorithms.feddf import FedDF
 from fedray.algorithms.fedprox import FedProx
 from fedray.algorithms.signsgd import SignSGD
 from fedray.algorithms.stc import STC
 
-ALGORITHMS: dict[str, type[Strategy]] = {s.name: s for s in (FedAvg, FedProx, DSGD, Central, STC, SignSGD, DGC, CFL)}
+ALGORITHMS: dict[str, type[Strategy]] = {s.name: s for s in (FedAvg, FedProx, DSGD, Central, STC, SignSGD, DGC, CFL,
+                                                          FedDF, FedBE, FD, CFD)}
 
 
 def get_algorithm(name: str) -> type[Strategy]:

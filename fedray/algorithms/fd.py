@@ -1,0 +1,173 @@
+"""Federated distillation (thesis Alg. 3 and section 2.3.3) and compressed FD (thesis Alg. 8).
+
+Client side, each round (section 2.3.3 and Alg. 8):
+    theta <- theta_prev (``init_previous``) or random_init() (``init_random``, ``dual``)
+    if t > 1: theta <- train(theta, X_pub, Y~_down)        distil the downloaded soft labels
+    theta_i <- train(theta, D_i)                            local training
+    Y_i <- softmax f(X_pub; theta_i);  Y~_i <- Q_{b_up}(Y_i)   (eqs. 5.8-5.9)
+    upload Y~_i, delta-coded against the client's previous upload if ``delta`` (eq. 5.11)
+Server:
+    Y <- mean_i Y~_i                                        (eq. 2.2 / Alg. 8)
+    ``init_previous`` / ``init_random``: Y~_down <- Q_{b_down}(Y)   (clients distil Y themselves)
+    ``dual`` (eqs. 5.12-5.15): theta_S <- train(theta_S, X_pub, Y), persistent;
+                               Y~_down <- Q_{b_down}(softmax f(X_pub; theta_S))
+
+These are Table 5.1's three columns. The model evaluated is theta_S in ``dual`` mode ("accuracy is
+always evaluated on theta_S") and otherwise the distilled model the next round's clients start
+from. All clients' distillation step is the same seeded computation on the same inputs, so every
+client ends it with the same model (section 2.3.3: "all stochasticity is fixed by random seeds").
+The simulation therefore runs that step once, in the server actor, and hands the resulting model
+to the round's clients, while ``comm/bytes_down`` counts what a real client downloads: the coded
+soft labels (nothing in round 1, where the initialisation comes from the shared seed). Uploads are
+real bitstreams (``fedray.distill.soft_labels``) and ``comm/bytes_up`` is their length. CFD-b_up-b_down
+is ``fd`` with ``mode: dual`` and the two bit widths (``cfd`` defaults to CFD-1-32); b = 32 sends
+float32 probabilities. With several architectures each one's model distils from the same labels.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any, Literal
+
+import numpy as np
+import torch
+from pydantic import Field, field_validator
+
+from fedray.algorithms.base import ClientAlgorithm, Params, Strategy, VirtualClient, task_seed
+from fedray.algorithms.fedavg import mean_client_loss
+from fedray.algorithms.feddf import ServerDistillation
+from fedray.distill import DistillParams, predict_logits
+from fedray.distill.soft_labels import (FULL_PRECISION, decode_soft_labels, dequantize, encode_soft_labels,
+                                        entropy_bits, quantize)
+from fedray.messages import ClientTask, ClientUpdate, RoundPlan
+from fedray.weights import set_weights
+
+
+def _thesis_distill() -> DistillParams:
+    return DistillParams(lr=1e-3)  # section 5.4: Adam, lr 0.001 for local training and distillation
+
+
+class FDParams(Params):
+    mode: Literal["init_previous", "init_random", "dual"] = "init_previous"
+    b_up: int = FULL_PRECISION
+    b_down: int = FULL_PRECISION
+    delta: bool = False  # eq. 5.11, upstream
+    distill: DistillParams = Field(default_factory=_thesis_distill)
+    log_before: bool = True
+
+    @field_validator("b_up", "b_down")
+    @classmethod
+    def _bits(cls, value: int) -> int:
+        if not (1 <= value <= 16 or value == FULL_PRECISION):
+            raise ValueError(f"soft-label bits must be 1..16 (quantised, eq. 5.8) or 32 (float32), got {value}")
+        return value
+
+
+class CFDParams(FDParams):
+    mode: Literal["init_previous", "init_random", "dual"] = "dual"
+    b_up: int = 1
+
+
+def code_labels(probs: np.ndarray, bits: int, seed: int, previous: np.ndarray | None) -> tuple[bytes, np.ndarray]:
+    """Q_b(probs) as a bitstream (delta-coded against ``previous`` counts when given) and the labels
+    the receiver decodes: counts for b <= 16, float32 probabilities for b = 32."""
+    if bits == FULL_PRECISION:
+        labels = probs.astype(np.float32)
+        return encode_soft_labels(labels, bits), labels
+    counts = quantize(probs, bits, np.random.default_rng(seed))
+    return encode_soft_labels(counts, bits, previous), counts
+
+
+def as_probs(labels: np.ndarray, bits: int) -> np.ndarray:
+    return labels if bits == FULL_PRECISION else dequantize(labels, bits)
+
+
+class FDClient(ClientAlgorithm):
+    """Local training from the round's distilled model, then quantised soft labels on X_pub."""
+
+    stateful = True  # the previous upload, for delta coding
+
+    def run(self, task: ClientTask, payloads: dict[str, Any], client: VirtualClient) -> ClientUpdate:
+        start = time.perf_counter()
+        p = self.params
+        weights, stats = self.train_local(task, payloads[task.payload_keys[0]], client)
+        model = self.model(task.arch)
+        set_weights(model, weights)
+        probs = torch.softmax(predict_logits(model, self.aux_x), dim=1).cpu().numpy()
+        previous = client.state.get("last") if p.delta else None
+        payload, labels = code_labels(probs, p.b_up, task.seed, previous)
+        client.state["last"] = labels if p.b_up != FULL_PRECISION else None
+        stats["entropy_bits"] = entropy_bits(labels) if p.b_up != FULL_PRECISION else float("nan")
+        stats["time_s"] = time.perf_counter() - start
+        return ClientUpdate(client.client_id, task.arch, client.num_samples, payload, len(payload), stats)
+
+
+class FD(ServerDistillation, Strategy):
+    name = "fd"
+    Params = FDParams
+    Client = FDClient
+    needs_aux = True
+
+    def __init__(self, params: FDParams, ctx):
+        super().__init__(params, ctx)
+        self._setup_distillation()
+        self.start = dict(self.models)  # what this round's clients start from (the same initial model)
+        self.down_bytes = {arch: 0 for arch in self.models}  # round 1: from the shared seed
+        self.last_up: dict[int, np.ndarray] = {}  # each client's last upload (decoding of deltas)
+
+    def configure_round(self, round: int) -> RoundPlan:
+        plan = super().configure_round(round)
+        broadcast = {key: self.start[key.split("/", 1)[1]] for key in plan.broadcast}
+        sizes = {key: self.down_bytes[key.split("/", 1)[1]] for key in plan.broadcast}
+        return RoundPlan(plan.tasks, broadcast, sizes)
+
+    def _decode(self, update: ClientUpdate) -> np.ndarray:
+        previous = self.last_up.get(update.client_id) if self.params.delta else None
+        labels = decode_soft_labels(update.payload, previous)
+        if self.params.b_up != FULL_PRECISION:
+            self.last_up[update.client_id] = labels
+        return as_probs(labels, self.params.b_up)
+
+    def aggregate(self, round: int, updates: list[ClientUpdate]) -> dict[str, float]:
+        p = self.params
+        mean = np.mean([self._decode(u) for u in sorted(updates, key=lambda u: u.client_id)], axis=0)
+        y = torch.from_numpy(mean.astype(np.float32))
+        metrics = mean_client_loss(updates)
+        metrics["comm/soft_label_bytes_up"] = float(sum(u.bytes_up for u in updates))
+        metrics["comm/soft_label_bytes_down"] = float(sum(self.down_bytes[u.arch] for u in updates))
+        entropies = [u.metrics["entropy_bits"] for u in updates if not np.isnan(u.metrics.get("entropy_bits", np.nan))]
+        if entropies:
+            metrics["distill/entropy_bits_up"] = float(np.mean(entropies))
+        for index, arch in enumerate(self.ctx.architectures):
+            if p.log_before:
+                metrics[f"distill/accuracy_before/{arch}"] = self.test_accuracy(arch, self.models[arch])
+            teacher = y
+            if p.mode == "dual":  # eq. 5.13: the server model continues from its previous state
+                self.models[arch], stats = self.distill_weights(arch, self.models[arch], y, p.distill, round)
+                metrics[f"distill/loss/{arch}"] = stats["loss"]
+                teacher = torch.softmax(self.logits(arch, self.models[arch], self.aux), dim=1).cpu()
+            seed = task_seed(self.config.seed, round, 2**41 + index)
+            payload, labels = code_labels(teacher.numpy(), p.b_down, seed, None)
+            self.down_bytes[arch] = len(payload)
+            target = torch.from_numpy(as_probs(labels, p.b_down))
+            init = self.start[arch] if p.mode == "init_previous" else self.random_init(arch, round + 1)
+            self.start[arch], stats = self.distill_weights(arch, init, target, p.distill, round + 1)
+            if p.mode != "dual":
+                self.models[arch] = self.start[arch]
+                metrics[f"distill/loss/{arch}"] = stats["loss"]
+            metrics[f"distill/accuracy_after/{arch}"] = self.test_accuracy(arch, self.models[arch])
+        return metrics
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"models": self.models, "start": self.start, "down_bytes": self.down_bytes, "last_up": self.last_up}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.models, self.start = state["models"], state["start"]
+        self.down_bytes, self.last_up = state["down_bytes"], state["last_up"]
+
+
+class CFD(FD):
+    """Compressed federated distillation, thesis Alg. 8: ``fd`` with dual distillation and 1-bit uploads."""
+
+    name = "cfd"
+    Params = CFDParams
