@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import ray
+
 from actors.client import RayExecutor
 from actors.tree import tree_actor_factory
 from fedray.config import Config
@@ -33,6 +35,10 @@ class ServerActor:
 
     def run_round(self) -> RoundResult:
         return self.federation.run_round()
+
+    def assigned_resources(self) -> dict[str, float]:
+        """The CPUs and GPU share Ray gave this actor (``runtime.server_cpus``/``server_gpus``)."""
+        return dict(ray.get_runtime_context().get_assigned_resources())
 
     def client_node_ids(self) -> list[str]:
         return self.federation.executor.node_ids()
