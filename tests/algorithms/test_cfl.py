@@ -180,8 +180,12 @@ def test_privacy_transform_changes_no_decision(fmnist, swapped, privacy):
     strategy, client, clients = two_clients(fmnist, congruent=False, privacy=privacy)
     hidden = run(strategy, client, clients, rounds=200)
     assert abs(len(hidden) - len(plain)) <= 1 and strategy.tree.clusters() == {1: [0], 2: [1]}
-    for key in ("cfl/cluster0/mean_norm", "cfl/cluster0/max_norm", "cfl/cluster0/alpha_cross"):
+    for key in ("cfl/cluster0/mean_norm", "cfl/cluster0/max_norm"):
         np.testing.assert_allclose([m[key] for m in hidden[:40]], [m[key] for m in plain[:40]], rtol=1e-3)
+    # a cosine lies in [-1, 1]: compare it absolutely (the rounding drift reached 1.8e-4 by round 40
+    # on one machine, 1.1% of a cosine of -0.016)
+    key = "cfl/cluster0/alpha_cross"
+    np.testing.assert_allclose([m[key] for m in hidden[:40]], [m[key] for m in plain[:40]], rtol=0, atol=1e-3)
 
 
 # -- section 6.7 on real data, small ----------------------------------------------------------------
