@@ -31,11 +31,11 @@ from typing import Any, Literal
 
 import numpy as np
 import torch
-from pydantic import Field, field_validator
+from pydantic import Field, field_validator, model_validator
 
-from fedray.algorithms.base import ClientAlgorithm, Params, Strategy, VirtualClient, task_seed
+from fedray.algorithms.base import ClientAlgorithm, Params, VirtualClient, task_seed
 from fedray.algorithms.fedavg import mean_client_loss
-from fedray.algorithms.feddf import ServerDistillation
+from fedray.algorithms.feddf import DistillationStrategy
 from fedray.distill import DistillParams, predict_logits
 from fedray.distill.soft_labels import (FULL_PRECISION, decode_soft_labels, dequantize, encode_soft_labels,
                                         entropy_bits, quantize)
@@ -61,6 +61,13 @@ class FDParams(Params):
         if not (1 <= value <= 16 or value == FULL_PRECISION):
             raise ValueError(f"soft-label bits must be 1..16 (quantised, eq. 5.8) or 32 (float32), got {value}")
         return value
+
+
+    @model_validator(mode="after")
+    def _delta_needs_quantised_uploads(self) -> "FDParams":
+        if self.delta and self.b_up == FULL_PRECISION:
+            raise ValueError("delta coding (eq. 5.11) compares quantised labels: set b_up to 1..16 or delta: false")
+        return self
 
 
 class CFDParams(FDParams):
@@ -102,15 +109,13 @@ class FDClient(ClientAlgorithm):
         return ClientUpdate(client.client_id, task.arch, client.num_samples, payload, len(payload), stats)
 
 
-class FD(ServerDistillation, Strategy):
+class FD(DistillationStrategy):
     name = "fd"
     Params = FDParams
     Client = FDClient
-    needs_aux = True
 
     def __init__(self, params: FDParams, ctx):
         super().__init__(params, ctx)
-        self._setup_distillation()
         self.start = dict(self.models)  # what this round's clients start from (the same initial model)
         self.down_bytes = {arch: 0 for arch in self.models}  # round 1: from the shared seed
         self.last_up: dict[int, np.ndarray] = {}  # each client's last upload (decoding of deltas)

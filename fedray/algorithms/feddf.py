@@ -58,14 +58,14 @@ class FedDFClient(FedAvgClient):
                        bytes_up=update.bytes_up + logits.nbytes, metrics=metrics)
 
 
-class ServerDistillation:
-    """Server-side helpers shared by the distillation methods: models on the server's device, the
-    auxiliary inputs there, seeded distillation and test accuracy."""
+class DistillationStrategy(Strategy):
+    """Base of the distillation methods' server halves: they need auxiliary data, and share models on
+    the server's device, the auxiliary inputs and test set there, seeded distillation and test accuracy."""
 
-    ctx: Any
-    config: Any
+    needs_aux = True
 
-    def _setup_distillation(self) -> None:
+    def __init__(self, params: Params, ctx):
+        super().__init__(params, ctx)
         device = self.ctx.device
         self.aux = torch.from_numpy(np.ascontiguousarray(self.ctx.aux_x)).to(device)
         self.test_x = torch.from_numpy(np.ascontiguousarray(self.ctx.test_x)).to(device)
@@ -102,15 +102,10 @@ class ServerDistillation:
         return predict_logits(self.work_model(arch, weights), x)
 
 
-class FedDF(ServerDistillation, Strategy):
+class FedDF(DistillationStrategy):
     name = "feddf"
     Params = FedDFParams
     Client = FedDFClient
-    needs_aux = True
-
-    def __init__(self, params: FedDFParams, ctx):
-        super().__init__(params, ctx)
-        self._setup_distillation()
 
     def extra_teachers(self, round: int, groups: dict[str, list[ClientUpdate]]) -> list[tuple[str, Weights]]:
         """Teachers besides the clients, evaluated on the server (none for FedDF; FedBE's samples)."""

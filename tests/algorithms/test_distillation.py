@@ -83,6 +83,8 @@ def test_distillation_methods_need_aux_data_and_valid_bits():
         config("feddf", aux={"size": 0})
     with pytest.raises(ConfigError, match="algorithm.b_up = 20: soft-label bits must be 1..16"):
         config({"name": "cfd", "b_up": 20})
+    with pytest.raises(ConfigError, match="delta coding \\(eq. 5.11\\) compares quantised labels"):
+        config({"name": "fd", "delta": True})
     with pytest.raises(ConfigError, match="aux.dataset = 'stl11'"):
         config("fd", aux={"dataset": "stl11"})
     with pytest.raises(ConfigError, match="unknown config key 'algorithm.distill.epoch'"):
