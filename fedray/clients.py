@@ -57,7 +57,7 @@ class ClientHost:
         self.device = resolve_device(config.runtime.device, gpus)
         algorithm = get_algorithm(config.algorithm.name)
         build = model_builder(config, train_x.shape[1:], num_classes)
-        aux = None if aux_x is None else torch.from_numpy(np.ascontiguousarray(aux_x)).to(self.device)
+        aux = None if aux_x is None else torch.from_numpy(np.array(aux_x)).to(self.device)  # own, writable copy
         self.algorithm = algorithm.Client(config.algorithm_params(), config, build, self.device, aux)
         self.config, self.num_classes = config, num_classes
         self.train_x, self.train_y = train_x, train_y
