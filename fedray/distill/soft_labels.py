@@ -1,6 +1,7 @@
 """Soft-label quantisation, delta coding and the soft-label payload of Compressed Federated Distillation.
 
-Sattler, "Communication-Efficient Federated Learning" (thesis), chapter 5, section 5.2, and the digest
+Sattler, "Concepts for Efficient, Adaptive and Robust Deep Learning from Distributed Data" (PhD thesis,
+TU Berlin 2021), chapter 5, section 5.2, and the digest
 ``shared/notes/thesis.md`` section 4. Clients send predictions on a shared public set X^pub instead of
 weights; their cost is |X^pub| * (H(Y) + eta) bits (eq. 5.2). Three steps bring it down:
 
