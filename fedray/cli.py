@@ -19,8 +19,11 @@ EXIT_CONFIG, EXIT_RUN = 2, 1
 
 def _check_data(config: Config) -> None:
     from fedray.data import check_dataset
+    from fedray.data.auxiliary import aux_source
 
     check_dataset(config.data.dataset, config.data.root, **config.data.options)
+    if config.aux.size and config.aux.dataset is not None:
+        aux_source(check_dataset, config.aux.dataset, config.aux.root, **config.aux.options)
 
 
 def _default_run_dir(config: Config) -> Path:

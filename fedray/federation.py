@@ -20,7 +20,7 @@ from fedray.algorithms import ServerContext, Strategy, get_algorithm
 from fedray.clients import model_builder
 from fedray.config import Config, save_config
 from fedray.data import DatasetBundle, label_counts, load_dataset, partition, partition_figure
-from fedray.data.auxiliary import carve_aux, foreign_aux
+from fedray.data.auxiliary import aux_source, carve_aux, foreign_aux
 from fedray.data.shifts import adversary_ids, apply_group, client_groups
 from fedray.messages import ClientSpec, ClientUpdate, RoundPlan, RoundResult
 from fedray.tracking import RunWriter
@@ -52,7 +52,8 @@ def load_data(config: Config) -> DatasetBundle:
     if a.size and a.dataset is None:
         bundle.aux_x = carve_aux(bundle, a.size, a.seed)
     elif a.size:
-        bundle.aux_x = foreign_aux(load_dataset(a.dataset, a.root, **a.options), a.size, a.seed, bundle.input_shape)
+        source = aux_source(load_dataset, a.dataset, a.root, **a.options)
+        bundle.aux_x = foreign_aux(source, a.size, a.seed, bundle.input_shape)
     rng = np.random.default_rng([d.seed, 0xDA7A])
     if d.train_limit is not None and d.train_limit < len(bundle.train_y):
         if bundle.client_split is not None:

@@ -35,3 +35,14 @@ def test_run_then_extend_with_resume_matches_a_longer_run(tmp_path, capsys):
 def test_resume_of_a_folder_that_is_not_a_run(tmp_path, capsys):
     assert main(["resume", str(tmp_path)]) == 2
     assert "is not a fedray run folder" in capsys.readouterr().err
+
+
+def test_check_names_a_missing_auxiliary_data_set(tmp_path, capsys):
+    config = tmp_path / "c.yaml"
+    config.write_text("data: {dataset: digits}\naux: {dataset: cifar100, size: 1000, root: " + str(tmp_path) + "}\n"
+                      "federation: {num_clients: 4, clients_per_round: 2, architectures: {mlp: 4}}\n"
+                      "algorithm: {name: feddf}\n")
+    assert main(["check", str(config)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and err.startswith("fedray: error: aux.dataset cifar100: CIFAR-100 not found")
+    assert str(tmp_path) in err and "set aux.root" in err

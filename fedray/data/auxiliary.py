@@ -18,7 +18,16 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from fedray.data.bundle import DatasetBundle
+from fedray.data.bundle import DatasetBundle, DatasetNotFoundError
+
+
+def aux_source(call, name: str, root: str | None, **options):
+    """``call(name, root, **options)`` (``check_dataset`` or ``load_dataset``) for the auxiliary data
+    set, with a missing one named as ``aux.dataset`` and ``aux.root`` in the one-line error."""
+    try:
+        return call(name, root, **options)
+    except DatasetNotFoundError as err:
+        raise DatasetNotFoundError(f"aux.dataset {name}: " + str(err).replace("data.root", "aux.root")) from None
 
 
 def carve_aux(bundle: DatasetBundle, size: int, seed: int) -> np.ndarray:
