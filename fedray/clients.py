@@ -95,6 +95,8 @@ class ClientHost:
         client = self._client(task)
         try:
             return self.algorithm.run(task, dict(zip(task.payload_keys, payloads)), client)
+        except ClientFailure:  # already names the client and the stage
+            raise
         except Exception as err:  # report which client and stage, keep the traceback text
             detail = "".join(traceback.format_exception_only(type(err), err)).strip()
             raise ClientFailure(task.client_id, task.round, "local training", detail) from err

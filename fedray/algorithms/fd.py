@@ -6,6 +6,7 @@ Client side, each round (section 2.3.3 and Alg. 8):
     theta_i <- train(theta, D_i)                            local training
     Y_i <- softmax f(X_pub; theta_i);  Y~_i <- Q_{b_up}(Y_i)   (eqs. 5.8-5.9)
     upload Y~_i, delta-coded against the client's previous upload if ``delta`` (eq. 5.11)
+    (downloads are delta-coded too, against what that client downloaded last, when b_down <= 16)
 Server:
     Y <- mean_i Y~_i                                        (eq. 2.2 / Alg. 8)
     ``init_previous`` / ``init_random``: Y~_down <- Q_{b_down}(Y)   (clients distil Y themselves)
@@ -17,9 +18,10 @@ always evaluated on theta_S") and otherwise the distilled model the next round's
 from. All clients' distillation step is the same seeded computation on the same inputs, so every
 client ends it with the same model (section 2.3.3: "all stochasticity is fixed by random seeds").
 The simulation therefore runs that step once, in the server actor, and hands the resulting model
-to the round's clients, while ``comm/bytes_down`` counts what a real client downloads: the coded
-soft labels (nothing in round 1, where the initialisation comes from the shared seed). Uploads are
-real bitstreams (``fedray.distill.soft_labels``) and ``comm/bytes_up`` is their length. CFD-b_up-b_down
+to the round's clients free of charge. What a real client downloads still travels: the coded soft
+labels (nothing in round 1, where the initialisation comes from the shared seed), which the client
+decodes and checks against the server's CRC32, and ``comm/bytes_down`` counts exactly those bytes.
+Uploads are real bitstreams too (``fedray.distill.soft_labels``); ``comm/bytes_up`` is their length. CFD-b_up-b_down
 is ``fd`` with ``mode: dual`` and the two bit widths (``cfd`` defaults to CFD-1-32); b = 32 sends
 float32 probabilities. With several architectures each one's model distils from the same labels.
 """
@@ -27,6 +29,8 @@ float32 probabilities. With several architectures each one's model distils from 
 from __future__ import annotations
 
 import time
+import zlib
+from dataclasses import replace
 from typing import Any, Literal
 
 import numpy as np
@@ -39,7 +43,7 @@ from fedray.algorithms.feddf import DistillationStrategy
 from fedray.distill import DistillParams, predict_logits
 from fedray.distill.soft_labels import (FULL_PRECISION, decode_soft_labels, dequantize, encode_soft_labels,
                                         entropy_bits, quantize)
-from fedray.messages import ClientTask, ClientUpdate, RoundPlan
+from fedray.messages import ClientFailure, ClientTask, ClientUpdate, RoundPlan
 from fedray.weights import set_weights
 
 
@@ -51,7 +55,7 @@ class FDParams(Params):
     mode: Literal["init_previous", "init_random", "dual"] = "init_previous"
     b_up: int = FULL_PRECISION
     b_down: int = FULL_PRECISION
-    delta: bool = False  # eq. 5.11, upstream
+    delta: bool = False  # eq. 5.11: uploads, and downloads when b_down <= 16
     distill: DistillParams = Field(default_factory=_thesis_distill)
     log_before: bool = True
 
@@ -92,11 +96,13 @@ def as_probs(labels: np.ndarray, bits: int) -> np.ndarray:
 class FDClient(ClientAlgorithm):
     """Local training from the round's distilled model, then quantised soft labels on X_pub."""
 
-    stateful = True  # the previous upload, for delta coding
+    stateful = True  # the last upload and the last download, for delta coding
 
     def run(self, task: ClientTask, payloads: dict[str, Any], client: VirtualClient) -> ClientUpdate:
         start = time.perf_counter()
         p = self.params
+        if len(task.payload_keys) > 1:
+            self._receive(task, payloads[task.payload_keys[1]], client)
         weights, stats = self.train_local(task, payloads[task.payload_keys[0]], client)
         model = self.model(task.arch)
         set_weights(model, weights)
@@ -108,6 +114,24 @@ class FDClient(ClientAlgorithm):
         stats["time_s"] = time.perf_counter() - start
         return ClientUpdate(client.client_id, task.arch, client.num_samples, payload, len(payload), stats)
 
+    def _receive(self, task: ClientTask, payload: bytes, client: VirtualClient) -> None:
+        """Decode the downloaded soft labels (delta-coded against this client's last download) and
+        check them against the server's CRC32: the stream a real client would distil from."""
+        labels = decode_soft_labels(payload, client.state.get("down") if delta_down(self.params) else None)
+        if labels_crc(labels) != task.options["labels_crc"]:
+            raise ClientFailure(client.client_id, task.round, "download", "soft labels differ from the server's")
+        if delta_down(self.params):
+            client.state["down"] = labels
+
+
+def delta_down(p: FDParams) -> bool:
+    """Downloads are delta-coded (eq. 5.11) when ``delta`` is on and they are quantised."""
+    return p.delta and p.b_down != FULL_PRECISION
+
+
+def labels_crc(labels: np.ndarray) -> int:
+    return zlib.crc32(np.ascontiguousarray(labels).tobytes())
+
 
 class FD(DistillationStrategy):
     name = "fd"
@@ -117,14 +141,34 @@ class FD(DistillationStrategy):
     def __init__(self, params: FDParams, ctx):
         super().__init__(params, ctx)
         self.start = dict(self.models)  # what this round's clients start from (the same initial model)
-        self.down_bytes = {arch: 0 for arch in self.models}  # round 1: from the shared seed
+        self.down: dict[str, np.ndarray] = {}  # each architecture's soft labels for the next clients
+        self.sent: dict[int, np.ndarray] = {}  # the labels each client downloaded last (delta coding)
         self.last_up: dict[int, np.ndarray] = {}  # each client's last upload (decoding of deltas)
 
     def configure_round(self, round: int) -> RoundPlan:
+        """Each client gets the distilled start model (free: every client computes the same one) and,
+        after round 1, the coded soft labels it was distilled from, which are what is counted."""
         plan = super().configure_round(round)
         broadcast = {key: self.start[key.split("/", 1)[1]] for key in plan.broadcast}
-        sizes = {key: self.down_bytes[key.split("/", 1)[1]] for key in plan.broadcast}
-        return RoundPlan(plan.tasks, broadcast, sizes)
+        sizes = {key: 0 for key in broadcast}
+        tasks = []
+        for task in plan.tasks:
+            if task.arch in self.down:
+                key, payload = self._labels_for(task)
+                broadcast[key] = payload
+                task = replace(task, payload_keys=task.payload_keys + (key,),
+                               options={"labels_crc": labels_crc(self.down[task.arch])})
+            tasks.append(task)
+        self.round_down = float(sum(len(v) for k, v in broadcast.items() if k.startswith("labels/")))
+        return RoundPlan(tasks, broadcast, sizes)
+
+    def _labels_for(self, task: ClientTask) -> tuple[str, bytes]:
+        labels = self.down[task.arch]
+        if not delta_down(self.params):  # the same stream for every client of the architecture
+            return f"labels/{task.arch}", encode_soft_labels(labels, self.params.b_down)
+        payload = encode_soft_labels(labels, self.params.b_down, self.sent.get(task.client_id))
+        self.sent[task.client_id] = labels
+        return f"labels/{task.client_id}", payload
 
     def _decode(self, update: ClientUpdate) -> np.ndarray:
         previous = self.last_up.get(update.client_id) if self.params.delta else None
@@ -139,7 +183,7 @@ class FD(DistillationStrategy):
         y = torch.from_numpy(mean.astype(np.float32))
         metrics = mean_client_loss(updates)
         metrics["comm/soft_label_bytes_up"] = float(sum(u.bytes_up for u in updates))
-        metrics["comm/soft_label_bytes_down"] = float(sum(self.down_bytes[u.arch] for u in updates))
+        metrics["comm/soft_label_bytes_down"] = self.round_down
         entropies = [u.metrics["entropy_bits"] for u in updates if not np.isnan(u.metrics.get("entropy_bits", np.nan))]
         if entropies:
             metrics["distill/entropy_bits_up"] = float(np.mean(entropies))
@@ -152,9 +196,8 @@ class FD(DistillationStrategy):
                 metrics[f"distill/loss/{arch}"] = stats["loss"]
                 teacher = torch.softmax(self.logits(arch, self.models[arch], self.aux), dim=1).cpu()
             seed = task_seed(self.config.seed, round, 2**41 + index)
-            payload, labels = code_labels(teacher.numpy(), p.b_down, seed, None)
-            self.down_bytes[arch] = len(payload)
-            target = torch.from_numpy(as_probs(labels, p.b_down))
+            _, self.down[arch] = code_labels(teacher.numpy(), p.b_down, seed, None)
+            target = torch.from_numpy(as_probs(self.down[arch], p.b_down))
             init = self.start[arch] if p.mode == "init_previous" else self.random_init(arch, round + 1)
             self.start[arch], stats = self.distill_weights(arch, init, target, p.distill, round + 1)
             if p.mode != "dual":
@@ -164,11 +207,12 @@ class FD(DistillationStrategy):
         return metrics
 
     def state_dict(self) -> dict[str, Any]:
-        return {"models": self.models, "start": self.start, "down_bytes": self.down_bytes, "last_up": self.last_up}
+        return {"models": self.models, "start": self.start, "down": self.down, "sent": self.sent,
+                "last_up": self.last_up}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        self.models, self.start = state["models"], state["start"]
-        self.down_bytes, self.last_up = state["down_bytes"], state["last_up"]
+        self.models, self.start, self.down = state["models"], state["start"], state["down"]
+        self.sent, self.last_up = state["sent"], state["last_up"]
 
 
 class CFD(FD):

@@ -11,7 +11,7 @@ from fedray.data.auxiliary import carve_aux
 from fedray.data.datasets import load_dataset
 from fedray.distill.soft_labels import decode_soft_labels
 from fedray.federation import Federation, load_data
-from fedray.messages import ClientUpdate
+from fedray.messages import ClientFailure, ClientUpdate
 
 
 def config(algorithm, rounds=2, **extra):
@@ -178,3 +178,26 @@ def test_cfd_resumes_exactly(tmp_path):
     resumed.run_round(), resumed.run_round()
     assert_same_models(whole.strategy.models, resumed.strategy.models)
     assert_same_models(whole.strategy.start, resumed.strategy.start)
+
+
+def test_cfd_delta_downloads_are_per_client_smaller_and_checked(tmp_path):
+    def downloads(delta):
+        fed, metrics = run(config({"name": "cfd", "b_down": 1, "delta": delta, "distill": FD_DISTILL}, 6),
+                           tmp_path / str(delta))
+        return fed, [m["comm/bytes_down"] for m in metrics]
+
+    plain_fed, plain = downloads(False)
+    fed, delta = downloads(True)
+    assert plain[0] == delta[0] == 0  # round 1: the shared seed
+    assert delta[1] == plain[1]  # nobody has downloaded before: full streams
+    assert sum(delta[2:]) < 0.9 * sum(plain[2:])  # returning clients get only the changed rows
+    states = fed.executor.client_states()  # each client's decoded download is the server's record of it
+    for cid, sent in fed.strategy.sent.items():
+        np.testing.assert_array_equal(states[cid]["down"], sent)
+    # a client whose reference differs from the server's decodes other labels, and the CRC32 says so
+    cid = next(c.client_id for c in fed.strategy.sample_clients(fed.round + 1) if c.client_id in fed.strategy.sent)
+    fed.strategy.sent[cid] = np.roll(fed.strategy.sent[cid], 1, axis=1)
+    plan = fed.strategy.configure_round(fed.round + 1)
+    task = next(t for t in plan.tasks if t.client_id == cid)
+    with pytest.raises(ClientFailure, match=f"^client {cid} failed in round 7 during download: soft labels differ"):
+        fed.executor.host.run(task, *(plan.broadcast[k] for k in task.payload_keys))
