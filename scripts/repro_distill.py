@@ -1,4 +1,4 @@
-"""Federated distillation reproductions (issue 5): thesis Table 5.1 and FedAUX Table I's baselines.
+"""Federated distillation reproductions (issue 5): thesis Tables 5.1 and 5.2 and FedAUX Table I's baselines.
 
 Table 5.1 (thesis section 5.2.4): federated distillation (``fd``) with the client model initialised
 from the previous round's distilled model, from a random init, or by dual distillation from a
@@ -7,11 +7,15 @@ rounds. FedAUX Table I: FedAvg, FedDF and FedBE at alpha 0.01, 0.1, 1 and 100 wi
 architecture and with three (a third of the clients each, like FedAUX's "Mixed" setting); the
 maximum and final accuracy, each architecture's, and what the server distillation itself adds
 (accuracy after minus before it). Before that, a short check of the distillation lr for FedDF at
-alpha 0.1. Writes docs/repro_distill.md (ours beside the papers'), .json (every round's accuracies)
-and .png.
+alpha 0.1. Table 5.2 (thesis section 5.4): FedAvg, FD and compressed FD (CFD-1-32, CFD_delta-1-32,
+CFD-1-1, CFD_delta-1-1, thesis Alg. 8) at alpha 100, 1 and 0.1; the MB up and down needed to first
+reach a target accuracy (soft labels for FD/CFD, full models for FedAvg). Writes
+docs/repro_distill.md (ours beside the papers'), .json (every round's accuracies and bytes) and .png;
+a run of some experiments (``--only``) merges into the saved .json, keeping the others' results.
 
     python scripts/repro_distill.py --jobs 2
     python scripts/repro_distill.py --only table51 --rounds 2 --out /tmp/quick   # timing check
+    python scripts/repro_distill.py --only table52 --jobs 2
     python scripts/repro_distill.py --plot-only
 """
 
@@ -38,6 +42,8 @@ from fedray.federation import Federation  # noqa: E402
 ROOT = Path(__file__).resolve().parents[1]
 TABLE51 = ROOT / "configs" / "repro_thesis_table51_fmnist.yaml"
 COMPARE = ROOT / "configs" / "repro_fedaux_feddf_fmnist.yaml"
+TABLE52 = ROOT / "configs" / "repro_thesis_table52_fmnist.yaml"
+CONFIGS = {"table51": TABLE51, "table52": TABLE52}  # every other experiment: COMPARE
 
 MODES = {"init_previous": "Init Previous", "init_random": "Init Random", "dual": "Dual Distill"}
 ALPHAS51 = (100.0, 1.0, 0.1)
@@ -54,6 +60,42 @@ ARCHS = {"one": ["federation.architectures={mlp: 20}"],
 ARCH_LABELS = {"one": "MLP (2NN)", "three": "LogReg / MLP / LSTM-64"}
 # FedAUX Table I: maximum accuracy (%) in 100 rounds, 20 clients, C = 0.4, ResNet-8 on CIFAR-10, STL-10
 PAPER_I = {"fedavg": {0.01: 23.6, 100.0: 82.2}, "feddf": {0.01: 27.8, 100.0: 81.4}, "fedbe": {0.01: 25.7, 100.0: 82.0}}
+
+# Table 5.2: label, algorithm overrides (the config's algorithm is cfd, dual distillation)
+def _cfd(b_up: int, b_down: int, delta: bool) -> list[str]:
+    return [f"algorithm.b_up={b_up}", f"algorithm.b_down={b_down}", f"algorithm.delta={str(delta).lower()}"]
+
+
+METHODS52 = {"fedavg": ("FedAvg", ["algorithm={name: fedavg, weighted: true}"]),
+             "fd": ("FD", ["algorithm.name=fd"] + _cfd(32, 32, False)),
+             "cfd_1_32": ("CFD-1-32", _cfd(1, 32, False)),
+             "cfd_delta_1_32": ("CFD_Δ-1-32", _cfd(1, 32, True)),
+             "cfd_1_1": ("CFD-1-1", _cfd(1, 1, False)),
+             "cfd_delta_1_1": ("CFD_Δ-1-1", _cfd(1, 1, True))}
+ALPHAS52 = (100.0, 1.0, 0.1)
+# the target accuracy per alpha (%): a few points under the maximum of most methods (chosen after the run)
+TARGETS52 = {100.0: 81.0, 1.0: 80.0, 0.1: 63.0}
+# Table 5.2: MB (1e6 bytes, per client: one client's cumulative transfers) to first reach the target,
+# round in brackets (given for the non-delta columns only); FA / FD / CFD-1-32 / CFD_delta-1-32 /
+# CFD-1-1 / CFD_delta-1-1. The digest notes that the VGG-16 rows' labels were garbled in the source.
+PAPER52 = {("ResNet-18", 100.0, 71): {"up": ("760.3", "44.8", "0.56", "0.40", "1.36", "0.82"),
+                                      "rounds": (17, 14, 17, None, 41, None),
+                                      "down": ("760.3", "44.8", "54.4", "54.4", "1.36", "0.39")},
+           ("ResNet-18", 1.0, 68): {"up": ("1028.7", "48.0", "0.37", "0.28", "0.64", "0.43"),
+                                    "rounds": (23, 15, 13, None, 22, None),
+                                    "down": ("1028.7", "48.0", "41.6", "41.6", "0.72", "0.34")},
+           ("ResNet-18", 0.1, 45): {"up": ("1520.7", "16.0", "0.09", "0.08", "0.52", "0.40"),
+                                    "rounds": (34, 5, 7, None, 41, None),
+                                    "down": ("1520.7", "16.0", "22.4", "22.4", "0.99", "0.92")},
+           ("VGG-16", 100.0, 80): {"up": ("671.1", "32.0", "0.40", "0.29", "0.76", "0.47"),
+                                   "rounds": (11, 10, 12, None, 23, None),
+                                   "down": ("671.1", "32.0", "38.4", "38.4", "0.76", "0.24")},
+           ("VGG-16", 1.0, 78): {"up": ("1281.3", "28.8", "0.38", "0.28", "0.56", "0.37"),
+                                 "rounds": (21, 9, 13, None, 19, None),
+                                 "down": ("1281.3", "28.8", "41.6", "41.6", "0.62", "0.27")},
+           ("VGG-16", 0.1, 48): {"up": ("2928.6", "25.6", "0.11", "0.09", "0.43", "0.35"),
+                                 "rounds": (48, 8, 9, None, 34, None),
+                                 "down": ("2928.6", "25.6", "28.8", "28.8", "0.77", "0.75")}}
 
 LR_CHECK = (5e-5, 1e-4, 1e-3)
 LR_CHECK_ALPHA = 0.1
@@ -79,6 +121,10 @@ def runs(rounds: int | None) -> list[dict]:
                              "feddf": [], "fedbe": ["algorithm.name=fedbe", "algorithm.samples=10"]}[method]
                 out.append({"experiment": "compare", "method": method, "alpha": alpha, "archs": archs, "lr": None,
                             "overrides": ARCHS[archs] + [f"data.alpha={alpha}"] + algorithm})
+    for alpha in ALPHAS52:
+        for method, (_, algorithm) in METHODS52.items():
+            out.append({"experiment": "table52", "method": method, "alpha": alpha, "archs": "one", "lr": None,
+                        "overrides": [f"data.alpha={alpha}"] + algorithm})
     for r in out:
         if rounds is not None:
             r["overrides"].append(f"federation.rounds={rounds}")
@@ -90,7 +136,7 @@ def key(r: dict) -> str:
 
 
 def run(spec: dict) -> dict:
-    base = TABLE51 if spec["experiment"] == "table51" else COMPARE
+    base = CONFIGS.get(spec["experiment"], COMPARE)
     config = load_config(base, spec["overrides"] + [f"checkpoint_every={10 ** 6}"])
     archs = list(config.federation.architectures)
     history = []
@@ -100,7 +146,10 @@ def run(spec: dict) -> dict:
         for _ in range(config.federation.rounds):
             m = fed.run_round().metrics
             h = {"round": fed.round, "accuracy": m.get("eval/accuracy"), "time_s": m["time/round_s"],
-                 "ensemble": m.get("distill/ensemble_accuracy")}
+                 "ensemble": m.get("distill/ensemble_accuracy"), "participants": m["clients/participants"],
+                 "bytes_up": m["comm/bytes_up"], "bytes_down": m["comm/bytes_down"],
+                 "bytes_up_total": m["comm/bytes_up_total"], "bytes_down_total": m["comm/bytes_down_total"],
+                 "entropy_bits_up": m.get("distill/entropy_bits_up")}
             sampled = [c.arch for c in fed.strategy.sample_clients(fed.round)]  # deterministic: this round's
             for arch in archs:
                 h[f"participants/{arch}"] = sampled.count(arch)
@@ -111,6 +160,7 @@ def run(spec: dict) -> dict:
         fed.finish()
     out = {k: v for k, v in spec.items() if k != "overrides"}
     out.update({"rounds": config.federation.rounds, "architectures": config.federation.architectures,
+                "clients_per_round": config.federation.clients_per_round, "aux_size": config.aux.size,
                 "distill_lr": getattr(config.algorithm, "distill", {}).get("lr") if config.algorithm.name != "fedavg"
                 else None, "history": history, "wall_s": time.perf_counter() - start})
     return out
@@ -119,7 +169,8 @@ def run(spec: dict) -> dict:
 def cost(spec: dict) -> float:
     """Rough relative run time (measured with --rounds 2), for scheduling the longest runs first."""
     per_round = {"fedbe": 8.0, "feddf": 4.0, "fedavg": 2.0}.get(spec["method"], 1.0) if spec["archs"] == "three" else \
-        {"fedbe": 2.5, "feddf": 2.0, "fedavg": 1.5}.get(spec["method"], 1.0)
+        {"fedbe": 2.5, "feddf": 2.0, "fedavg": 1.5}.get(spec["method"], 1.0) if spec["experiment"] != "table52" else \
+        {"fedavg": 1.5}.get(spec["method"], 2.0)
     rounds = [int(o.split("=")[1]) for o in spec["overrides"] if o.startswith("federation.rounds=")]
     return per_round * (rounds[-1] if rounds else 25)
 
@@ -154,6 +205,38 @@ def arch_names(r: dict) -> list[str]:
 def fmt_gain(r: dict) -> str:
     gains = [(a, gain(r, a)) for a in arch_names(r)]
     return ", ".join(f"{a} {g:+.1f}" for a, g in gains if g is not None) or "-"
+
+
+def reached(r: dict, target: float) -> dict | None:
+    """The first round's record with accuracy >= ``target`` (%), or None."""
+    return next((h for h in r["history"] if h.get("accuracy") is not None and 100 * h["accuracy"] >= target), None)
+
+
+def per_client(r: dict, h: dict, direction: str) -> float:
+    """MB (1e6 bytes) one client slot has sent (up) or received (down) up to round ``h``: the total over
+    the participants divided by clients_per_round, which is how the thesis counts (one model a round)."""
+    return h[f"bytes_{direction}_total"] / r["clients_per_round"] / 1e6
+
+
+def upload_bytes(r: dict) -> float:
+    """Mean bytes of one client's upload."""
+    return float(np.mean([h["bytes_up"] / h["participants"] for h in r["history"]]))
+
+
+def entropy_up(r: dict) -> float | None:
+    e = [h["entropy_bits_up"] for h in r["history"] if h.get("entropy_bits_up") is not None]
+    return float(np.mean(e)) if e else None
+
+
+def fmt_x(v: float) -> str:
+    """A ratio ("how many times smaller")."""
+    return f"{v:.2g}x" if v < 10 else f"{v:,.0f}x"
+
+
+def fmt_mb(v: float | None) -> str:
+    if v is None:
+        return "n.a."
+    return f"{v:.0f}" if v >= 100 else f"{v:.1f}" if v >= 10 else f"{v:.3g}"
 
 
 # -- outputs -----------------------------------------------------------------------------------------
@@ -269,14 +352,100 @@ def write_outputs(results: dict[str, dict], meta: dict, out: Path) -> None:
                     ens = accuracies(r, "ensemble") if r else []
                     row.append(f"{fmt_gain(r)}; ens {100 * max(ens):.1f}" if r and ens else (fmt_gain(r) if r else "n.a."))
                 lines.append(f"| {METHODS[m]} | {archs} | " + " | ".join(row) + " |")
+    lines += table52_lines(results, meta)
     if meta.get("notes"):
         lines += ["", "## Notes", ""] + [f"- {n}" for n in meta["notes"]]
     out.with_suffix(".md").write_text("\n".join(lines) + "\n")
     plot(results, out)
 
 
+def table52_lines(results: dict[str, dict], meta: dict) -> list[str]:
+    t52 = [r for r in results.values() if r["experiment"] == "table52"]
+    if not t52:
+        return []
+    get = results.get
+    rounds, cpr = max(r["rounds"] for r in t52), t52[0]["clients_per_round"]
+    labels = [label for label, _ in METHODS52.values()]
+    lines = ["", f"## Thesis Table 5.2 on Fashion-MNIST: MB to reach a target accuracy  (`{TABLE52.name}`)", "",
+             f"Compressed federated distillation (thesis Alg. 8): dual distillation with a persistent server "
+             f"model, clients re-initialised every round; CFD-b_up-b_down quantises the uploaded soft labels to "
+             f"b_up bits and the server's downloaded ones to b_down (32: float32; 1: one-hot), Δ delta-codes the "
+             f"uploads against the client's previous upload and 1-bit downloads against what that client "
+             f"downloaded last (eq. 5.11); the coded labels are real bitstreams "
+             f"(codebook + LZMA, standing in for the thesis's CABAC). FD: the same with float32 both ways. 20 "
+             f"clients, C = 40% ({cpr} per round), Dirichlet split, 2NN MLP (a model transfer is 0.80 MB; "
+             f"ResNet-18 44.7 MB, VGG-16 61.0 MB), Adam 1e-3 for local training and distillation, batch 32, 1 "
+             f"local epoch, 1 distillation epoch (batch 128) over X^pub = 5,000 unlabelled Fashion-MNIST "
+             f"training images (a float32 soft-label transfer is 0.20 MB; the thesis's 80,000 STL-10 images "
+             f"3.2 MB); {rounds} rounds here, 50 in the thesis. Only soft-label traffic is counted for FD/CFD, "
+             f"full models for FedAvg (FA).", "",
+             f"**MB** are 1e6 bytes **per client**, as the thesis counts them (its FA 760.3 MB in 17 rounds is "
+             f"17 ResNet-18 transfers of 44.7 MB): our total over all participants (`comm/bytes_up_total`, "
+             f"`comm/bytes_down_total`) divided by the {cpr} clients per round, i.e. what one client sends and "
+             f"receives if it took part in every round; the totals over all {cpr} are {cpr}x these (second "
+             f"table). Cumulative up to and including the first round whose accuracy reaches the target; that "
+             f"round in brackets. FD/CFD download nothing in round 1 (the initial model comes from the shared "
+             f"seed), so their down column counts one transfer fewer than the rounds; the thesis's counts one "
+             f"per round. n.r.: target not reached in {rounds} rounds. Thesis rows (ResNet-18 and VGG-16 on "
+             f"CIFAR-10, 50 rounds, mean of 3 runs) for orientation; it gives the round for the non-Δ columns "
+             f"only.", "",
+             "| setting | dir | " + " | ".join(["FA"] + labels[1:]) + " |", "|---|---|" + "---|" * len(labels)]
+    for a in ALPHAS52:
+        target = TARGETS52[a]
+        up, down = [], []
+        for m in METHODS52:
+            r = get(f"table52/{m}/{a:g}/one/")
+            h = reached(r, target) if r else None
+            up.append("n.a." if not r else "n.r." if not h else f"{fmt_mb(per_client(r, h, 'up'))} ({h['round']})")
+            down.append("n.a." if not r else "n.r." if not h else fmt_mb(per_client(r, h, "down")))
+        lines += [f"| **Fashion-MNIST, MLP, {target:g}%, α = {a:g}** | up | " + " | ".join(up) + " |",
+                  "| | down | " + " | ".join(down) + " |"]
+        for (model, alpha, acc), row in PAPER52.items():
+            if alpha == a:
+                lines += [f"| {model}, {acc}%, α = {alpha:g}, thesis | up | " + " | ".join(
+                    v + (f" ({n})" if n else "") for v, n in zip(row["up"], row["rounds"])) + " |",
+                          "| | down | " + " | ".join(row["down"]) + " |"]
+    lines += ["", f"Per run: the round the target is first reached; MB up and down up to it per client and in total "
+              f"over all {cpr} participants of a round; maximum test accuracy (its round); mean bytes of one "
+              f"client's upload, and as bits per X^pub label; mean empirical entropy H(Ỹ) of the quantised "
+              f"uploaded labels, bits per label (`distill/entropy_bits_up`; before delta coding); how many times "
+              f"smaller one upload is than FD's and FedAvg's; and FA's MB up to the target over the method's.", "",
+              "| α, target | method | round | MB up, client / total | MB down, client / total | max acc % | "
+              "bytes per upload | bits per label | H(Ỹ), bits | upload vs FD | upload vs FA | MB up to target vs FA |",
+              "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    for a in ALPHAS52:
+        target = TARGETS52[a]
+        fd, fa = get(f"table52/fd/{a:g}/one/"), get(f"table52/fedavg/{a:g}/one/")
+        fa_h = reached(fa, target) if fa else None
+        for m, (label, _) in METHODS52.items():
+            r = get(f"table52/{m}/{a:g}/one/")
+            if not r:
+                continue
+            h = reached(r, target)
+            acc = accuracies(r)
+            peak = r["history"][int(np.argmax(acc))]["round"]
+            ub, e = upload_bytes(r), entropy_up(r)
+            cells = [f"{a:g}, {target:g}%", label, str(h["round"]) if h else "n.r.",
+                     f"{fmt_mb(per_client(r, h, 'up'))} / {fmt_mb(per_client(r, h, 'up') * cpr)}" if h else "n.r.",
+                     f"{fmt_mb(per_client(r, h, 'down'))} / {fmt_mb(per_client(r, h, 'down') * cpr)}" if h else "n.r.",
+                     f"{best(r):.1f} ({peak})", f"{ub:,.0f}", f"{8 * ub / r['aux_size']:.2f}" if m != "fedavg" else "-",
+                     f"{e:.2f}" if e is not None else "-",
+                     fmt_x(upload_bytes(fd) / ub) if fd else "n.a.",
+                     fmt_x(upload_bytes(fa) / ub) if fa else "n.a.",
+                     fmt_x(per_client(fa, fa_h, "up") / per_client(r, h, "up")) if h and fa_h else "n.a."]
+            lines.append("| " + " | ".join(cells) + " |")
+    if meta.get("notes52"):
+        lines += ["", "Notes on Table 5.2:", ""] + [f"- {n}" for n in meta["notes52"]]
+    return lines
+
+
+COLOURS52 = {"fedavg": "tab:blue", "fd": "black", "cfd_1_32": "tab:green", "cfd_delta_1_32": "tab:olive",
+             "cfd_1_1": "tab:red", "cfd_delta_1_1": "tab:orange"}
+
+
 def plot(results: dict[str, dict], out: Path) -> None:
-    fig, axes = plt.subplots(2, 3, figsize=(15, 8))
+    t52 = any(r["experiment"] == "table52" for r in results.values())
+    fig, axes = plt.subplots(3 if t52 else 2, 3, figsize=(15, 12 if t52 else 8))
     axes = axes.ravel()
     ax = axes[0]
     colours = {"init_previous": "tab:blue", "init_random": "tab:orange", "dual": "tab:red"}
@@ -307,11 +476,27 @@ def plot(results: dict[str, dict], out: Path) -> None:
                 ax.plot([h["round"] for h in r["history"]], accuracies(r), color=c, ls=ls, label=f"lr {lr:g}, {archs}")
     ax.set_title(f"FedDF distillation lr, alpha {LR_CHECK_ALPHA:g}")
     ax.legend(fontsize=7, loc="lower right")
-    for ax in axes:
+    for ax in axes[:6]:
         ax.set_xlabel("round")
         ax.set_ylabel("test accuracy")
         ax.grid(alpha=0.3)
-    fig.suptitle("Federated distillation on Fashion-MNIST (solid: one architecture, dashed: three)")
+    for ax, a in zip(axes[6:], ALPHAS52 if t52 else ()):
+        for m, (label, _) in METHODS52.items():
+            r = results.get(f"table52/{m}/{a:g}/one/")
+            if r:
+                ls = "--" if "delta" in m else "-"
+                ax.plot([per_client(r, h, "up") for h in r["history"]], [h["accuracy"] for h in r["history"]],
+                        color=COLOURS52[m], ls=ls, marker=".", ms=3, label=label)
+        ax.axhline(TARGETS52[a] / 100, color="gray", lw=0.8, ls=":")
+        ax.set_xscale("log")
+        ax.set_title(f"Table 5.2, alpha {a:g}: acc. vs MB up (dotted: target)")
+        ax.set_xlabel("cumulative MB uploaded per client")
+        ax.set_ylabel("test accuracy")
+        ax.grid(alpha=0.3)
+    if t52:
+        axes[6].legend(fontsize=7, loc="lower right")
+    fig.suptitle("Federated distillation on Fashion-MNIST (solid: one architecture, dashed: three"
+                 + ("; bottom row dashed: delta coding)" if t52 else ")"))
     fig.tight_layout()
     fig.savefig(out.with_suffix(".png"), dpi=100)
     plt.close(fig)
@@ -320,7 +505,7 @@ def plot(results: dict[str, dict], out: Path) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--jobs", type=int, default=1, help="runs in parallel processes")
-    parser.add_argument("--only", nargs="+", choices=["table51", "lrcheck", "compare"], help="experiments to run")
+    parser.add_argument("--only", nargs="+", choices=["table51", "lrcheck", "compare", "table52"], help="experiments to run")
     parser.add_argument("--rounds", type=int, help="override every run's rounds (a quick check)")
     parser.add_argument("--out", default=str(ROOT / "docs" / "repro_distill"), help="output path without suffix")
     parser.add_argument("--plot-only", action="store_true", help="redraw from the saved .json")
