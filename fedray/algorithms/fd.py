@@ -66,7 +66,6 @@ class FDParams(Params):
             raise ValueError(f"soft-label bits must be 1..16 (quantised, eq. 5.8) or 32 (float32), got {value}")
         return value
 
-
     @model_validator(mode="after")
     def _delta_needs_quantised_uploads(self) -> "FDParams":
         if self.delta and self.b_up == FULL_PRECISION:
@@ -79,14 +78,12 @@ class CFDParams(FDParams):
     b_up: int = 1
 
 
-def code_labels(probs: np.ndarray, bits: int, seed: int, previous: np.ndarray | None) -> tuple[bytes, np.ndarray]:
-    """Q_b(probs) as a bitstream (delta-coded against ``previous`` counts when given) and the labels
-    the receiver decodes: counts for b <= 16, float32 probabilities for b = 32."""
+def quantized(probs: np.ndarray, bits: int, seed: int) -> np.ndarray:
+    """Q_b(probs) (eqs. 5.8-5.9) as the receiver decodes it: integer counts for b <= 16, float32
+    probabilities for b = 32; ties broken by a generator seeded with ``seed``."""
     if bits == FULL_PRECISION:
-        labels = probs.astype(np.float32)
-        return encode_soft_labels(labels, bits), labels
-    counts = quantize(probs, bits, np.random.default_rng(seed))
-    return encode_soft_labels(counts, bits, previous), counts
+        return probs.astype(np.float32)
+    return quantize(probs, bits, np.random.default_rng(seed))
 
 
 def as_probs(labels: np.ndarray, bits: int) -> np.ndarray:
@@ -108,7 +105,8 @@ class FDClient(ClientAlgorithm):
         set_weights(model, weights)
         probs = torch.softmax(predict_logits(model, self.aux_x), dim=1).cpu().numpy()
         previous = client.state.get("last") if p.delta else None
-        payload, labels = code_labels(probs, p.b_up, task.seed, previous)
+        labels = quantized(probs, p.b_up, task.seed)
+        payload = encode_soft_labels(labels, p.b_up, previous)
         client.state["last"] = labels if p.b_up != FULL_PRECISION else None
         stats["entropy_bits"] = entropy_bits(labels) if p.b_up != FULL_PRECISION else float("nan")
         stats["time_s"] = time.perf_counter() - start
@@ -196,7 +194,7 @@ class FD(DistillationStrategy):
                 metrics[f"distill/loss/{arch}"] = stats["loss"]
                 teacher = torch.softmax(self.logits(arch, self.models[arch], self.aux), dim=1).cpu()
             seed = task_seed(self.config.seed, round, 2**41 + index)
-            _, self.down[arch] = code_labels(teacher.numpy(), p.b_down, seed, None)
+            self.down[arch] = quantized(teacher.numpy(), p.b_down, seed)
             target = torch.from_numpy(as_probs(self.down[arch], p.b_down))
             init = self.start[arch] if p.mode == "init_previous" else self.random_init(arch, round + 1)
             self.start[arch], stats = self.distill_weights(arch, init, target, p.distill, round + 1)
