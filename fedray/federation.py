@@ -184,7 +184,7 @@ class Federation:
         return evaluate(model, x, y, self.config.federation.eval_batch_size)
 
     def _communication(self, plan: RoundPlan, updates: list[ClientUpdate]) -> dict[str, float]:
-        sizes = {key: plan.sizes.get(key, nbytes(payload)) if plan.sizes else nbytes(payload)
+        sizes = {key: plan.sizes[key] if key in plan.sizes else nbytes(payload)
                  for key, payload in plan.broadcast.items()}
         down = float(sum(sizes[k] for task in plan.tasks for k in task.payload_keys))
         up = float(sum(u.bytes_up for u in updates))

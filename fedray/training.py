@@ -19,7 +19,7 @@ ExtraLoss = Callable[[torch.nn.Module], torch.Tensor]
 
 
 def make_optimizer(model: torch.nn.Module, cfg: TrainingConfig) -> torch.optim.Optimizer:
-    """The local optimiser named in the config."""
+    """The optimiser named in ``cfg`` (local training, or ``DistillParams`` with the same fields)."""
     if cfg.optimizer == "sgd":
         return torch.optim.SGD(
             model.parameters(), lr=cfg.lr, momentum=cfg.momentum, weight_decay=cfg.weight_decay
@@ -28,7 +28,8 @@ def make_optimizer(model: torch.nn.Module, cfg: TrainingConfig) -> torch.optim.O
 
 
 def num_local_steps(num_samples: int, cfg: TrainingConfig) -> int:
-    """``cfg.steps`` if set, else ``cfg.epochs`` passes over the data (last batch may be short)."""
+    """``cfg.steps`` if set, else ``cfg.epochs`` passes over the data (last batch may be short).
+    Also used for distillation (``DistillParams`` has the same three fields)."""
     if cfg.steps is not None:
         return cfg.steps
     return cfg.epochs * math.ceil(num_samples / cfg.batch_size)

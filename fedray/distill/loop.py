@@ -15,7 +15,7 @@ import torch
 import torch.nn.functional as F
 from pydantic import BaseModel, ConfigDict, Field
 
-from fedray.training import batch_indices
+from fedray.training import batch_indices, make_optimizer, num_local_steps
 
 
 class DistillParams(BaseModel):
@@ -28,15 +28,11 @@ class DistillParams(BaseModel):
     optimizer: Literal["adam", "sgd"] = "adam"
     lr: float = Field(5e-5, gt=0)
     momentum: float = Field(0.0, ge=0, lt=1)
+    weight_decay: float = Field(0.0, ge=0)
     batch_size: int = Field(128, ge=1)
     epochs: int = Field(1, ge=1)
     steps: Optional[int] = Field(None, ge=0)
     temperature: float = Field(1.0, gt=0)
-
-    def num_steps(self, num_samples: int) -> int:
-        if self.steps is not None:
-            return self.steps
-        return self.epochs * -(-num_samples // self.batch_size)
 
 
 def distill(model: torch.nn.Module, x: torch.Tensor, target: torch.Tensor, params: DistillParams,
@@ -49,13 +45,10 @@ def distill(model: torch.nn.Module, x: torch.Tensor, target: torch.Tensor, param
     if len(x) != len(target):
         raise ValueError(f"{len(x)} distillation inputs but {len(target)} soft labels")
     model.train()
-    if params.optimizer == "adam":
-        optimizer = torch.optim.Adam(model.parameters(), lr=params.lr)
-    else:
-        optimizer = torch.optim.SGD(model.parameters(), lr=params.lr, momentum=params.momentum)
+    optimizer = make_optimizer(model, params)  # the local-training helpers read the same fields
     t = params.temperature
     total, steps = 0.0, 0
-    for idx in batch_indices(len(x), params.batch_size, params.num_steps(len(x)), generator):
+    for idx in batch_indices(len(x), params.batch_size, num_local_steps(len(x), params), generator):
         idx = idx.to(x.device)
         optimizer.zero_grad(set_to_none=True)
         log_student = F.log_softmax(model(x[idx]) / t, dim=1)
