@@ -100,11 +100,13 @@ class Federation:
         executor_factory: builds the executor that reaches the clients.
         resume: continue from ``run_dir/checkpoint.pt`` instead of starting at round 1.
         tree_factory: builds clustered FL's parameter tree (the ``ParameterTreeActor`` under Ray).
+        checkpoints: False writes no checkpoint (reproduction grids, benchmarks); the run cannot be resumed.
     """
 
     def __init__(self, config: Config, run_dir: str | Path, executor_factory: ExecutorFactory,
-                 resume: bool = False, tree_factory: Callable[..., Any] | None = None):
+                 resume: bool = False, tree_factory: Callable[..., Any] | None = None, checkpoints: bool = True):
         self.config = config
+        self.checkpoints = checkpoints
         self.run_dir = Path(run_dir)
         self.run_dir.mkdir(parents=True, exist_ok=True)
         torch.set_num_threads(config.runtime.torch_threads or os.cpu_count() or 1)
@@ -157,7 +159,7 @@ class Federation:
         metrics["time/round_s"] = time.perf_counter() - start
         self.writer.log_scalars(self.round, metrics)
         self.history.append({"round": self.round, **metrics})
-        if self.round % self.config.checkpoint_every == 0 or self.round == self.config.federation.rounds:
+        if self.checkpoints and (self.round % self.config.checkpoint_every == 0 or self.done):
             self.save_checkpoint()
         return RoundResult(self.round, metrics)
 

@@ -106,3 +106,11 @@ def test_local_resume_matches_uninterrupted_run(tmp_path):
 def test_resume_without_checkpoint_is_a_clear_error(tmp_path):
     with pytest.raises(FileNotFoundError, match="no checkpoint to resume from"):
         Federation(digits("fedavg", 2), tmp_path, LocalExecutor, resume=True)
+
+
+def test_a_run_without_checkpoints_writes_none_and_still_reports(tmp_path):
+    fed = Federation(digits("fedavg", 2, checkpoint_every=1), tmp_path, LocalExecutor, checkpoints=False)
+    fed.run_round(), fed.run_round()
+    summary = fed.finish()
+    assert not (tmp_path / "checkpoint.pt").exists() and summary["rounds"] == 2
+    assert (tmp_path / "result.json").is_file() and summary["best_accuracy"] > 0.5
