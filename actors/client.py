@@ -9,9 +9,9 @@ from ray.exceptions import RayActorError
 from ray.util import ActorPool
 
 from actors.placement import assign_clients, num_client_actors
-from fedray.algorithms import get_algorithm
 from fedray.clients import ClientHost
 from fedray.config import Config
+from fedray.experiment import Method
 from fedray.messages import ClientSpec, ClientUpdate, RoundPlan
 
 
@@ -38,7 +38,7 @@ class RayExecutor:
     that happened to draw more of its clients.
     """
 
-    def __init__(self, config: Config, specs: list[ClientSpec], data):
+    def __init__(self, config: Config, method: Method, specs: list[ClientSpec], data):
         rt = config.runtime
         resources = ray.cluster_resources()
         n = num_client_actors(len(specs), rt, resources.get("CPU", 0.0), resources.get("GPU", 0.0))
@@ -46,13 +46,13 @@ class RayExecutor:
         x_ref, y_ref, specs_ref = ray.put(data.train_x), ray.put(data.train_y), ray.put(specs)
         aux_ref = ray.put(data.aux_x)
         self.groups = assign_clients(specs, n)
-        self.actors = [remote.remote(config, specs_ref, x_ref, y_ref, data.num_classes, rt.actor_gpus,
+        self.actors = [remote.remote(config, method, specs_ref, x_ref, y_ref, data.num_classes, rt.actor_gpus,
                                      [c.client_id for c in group], aux_x=aux_ref)
                        for group in self.groups]
         self.owner = {spec.client_id: actor for actor, group in zip(self.actors, self.groups) for spec in group}
         self.sizes = {spec.client_id: spec.num_samples for spec in specs}
         # an explicit clients_per_actor is a layout the user asked for: keep every client at home
-        self.pinned = get_algorithm(config.algorithm.name).Client.stateful or rt.clients_per_actor != "auto"
+        self.pinned = method.client.stateful or rt.clients_per_actor != "auto"
         self._gather([a.hosted.remote() for a in self.actors], "start-up")
 
     def execute(self, plan: RoundPlan) -> list[ClientUpdate]:
@@ -97,20 +97,24 @@ class RayExecutor:
         try:
             return wait()
         except RayActorError as err:
-            lost = next((g for a, g in zip(self.actors, self.groups) if _is_dead(a)), [])
-            ids = [c.client_id for c in lost]
+            ids = [c.client_id for group in self._lost_groups() for c in group]
             raise ClientActorLost(
                 f"a client actor (hosting clients {_short(ids)}) died during {stage}: "
                 f"{str(err).splitlines()[0]}"
             ) from None
 
-
-def _is_dead(actor) -> bool:
-    try:
-        ray.get(actor.hosted.remote(), timeout=10)
-        return False
-    except Exception:
-        return True
+    def _lost_groups(self, timeout: float = 10.0) -> list[list[ClientSpec]]:
+        """The clients of every actor that does not answer a ping; all actors are pinged at once."""
+        pings = [a.hosted.remote() for a in self.actors]
+        ready, _ = ray.wait(pings, num_returns=len(pings), timeout=timeout)
+        answered = set()
+        for ref in ready:
+            try:
+                ray.get(ref)
+                answered.add(ref)
+            except Exception:  # the actor is dead: its ping fails
+                pass
+        return [group for ping, group in zip(pings, self.groups) if ping not in answered]
 
 
 def _short(ids: list[int]) -> str:

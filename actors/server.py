@@ -13,6 +13,7 @@ import ray
 from actors.client import RayExecutor
 from actors.tree import tree_actor_factory
 from fedray.config import Config
+from fedray.experiment import Method
 from fedray.federation import Federation
 from fedray.messages import RoundResult
 
@@ -21,13 +22,14 @@ class ServerActor:
     """The constructor only stores its arguments; ``start`` builds the federation, so a failure
     there (missing data, actors that do not fit) reaches the driver as an ordinary task error."""
 
-    def __init__(self, config: Config, run_dir: str, resume: bool = False):
-        self.args = (config, run_dir, resume)
+    def __init__(self, config: Config, method: Method, run_dir: str, resume: bool = False):
+        self.args = (config, method, run_dir, resume)
         self.federation: Federation | None = None
 
     def start(self) -> int:
-        config, run_dir, resume = self.args
-        self.federation = Federation(config, run_dir, RayExecutor, resume=resume, tree_factory=tree_actor_factory())
+        config, method, run_dir, resume = self.args
+        self.federation = Federation(config, run_dir, RayExecutor, resume=resume, tree_factory=tree_actor_factory(),
+                                     method=method)
         return self.federation.round
 
     def current_round(self) -> int:

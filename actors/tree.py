@@ -2,7 +2,7 @@
 
 The CFL strategy in the server actor reaches it through :class:`TreeProxy`, which has the
 ParameterTree's methods and waits for each answer, so the strategy code is the same with and
-without Ray. The tree is checkpointed with the run: the strategy's state holds
+without Ray. The strategy calls it twice a round (``view`` and ``apply``). The tree is checkpointed with the run: the strategy's state holds
 ``tree.state_dict()``, and resuming loads it back into a fresh actor.
 """
 
@@ -39,14 +39,6 @@ class TreeProxy:
 
     def assign(self, update_at: Callable[[Weights], np.ndarray]) -> int:
         return descend(self, update_at)  # the new client's training stays with the caller
-
-    def figure(self, title: str = ""):
-        return self._local().figure(title)  # drawn here; matplotlib figures do not travel well
-
-    def _local(self) -> ParameterTree:
-        tree = ParameterTree.__new__(ParameterTree)
-        tree.load_state_dict(ray.get(self.actor.state_dict.remote()))
-        return tree
 
 
 def tree_actor_factory(num_cpus: float = 0):

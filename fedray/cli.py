@@ -1,7 +1,9 @@
 """Command line: ``fedray run CONFIG [key=value ...]``, ``fedray resume RUN_DIR``, ``fedray check``.
 
-Everything is validated before Ray starts: an unknown key, a wrong type, an impossible federation
-or a missing data set is one line on stderr and exit status 2.
+Everything is validated before Ray starts: an unknown key, a wrong type, an impossible federation,
+an unknown method, model or data set, or a missing data file is one line on stderr and exit status 2.
+A run that fails later is one line too (exit status 1), naming ``RUN_DIR/error.log`` with the whole
+traceback and the checkpoint to resume from.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ import time
 from pathlib import Path
 
 from fedray.config import Config, ConfigError, apply_overrides, build_config, load_config
+from fedray.experiment import resolve
 
 EXIT_CONFIG, EXIT_RUN = 2, 1
 
@@ -109,6 +112,7 @@ def main(argv: list[str] | None = None) -> int:
         else:
             config = load_config(args.config, args.overrides)
             run_dir = Path(args.run_dir) if getattr(args, "run_dir", None) else _default_run_dir(config)
+        method = resolve(config)
         _check_data(config)
     except (ConfigError, FileNotFoundError, ValueError) as err:
         print(f"fedray: error: {err}", file=sys.stderr)
@@ -118,12 +122,12 @@ def main(argv: list[str] | None = None) -> int:
               f"{config.data.dataset})")
         return 0
 
-    from actors.driver import RunFailed, run_experiment
+    from fedray.runner import RunFailed, run_experiment
 
     print(f"fedray: run folder {run_dir}  (tensorboard --logdir {run_dir.parent})", file=sys.stderr)
     try:
         summary = run_experiment(config, run_dir, resume=args.command == "resume",
-                                 progress=not args.no_progress)
+                                 progress=not args.no_progress, method=method)
     except RunFailed as err:
         print(f"fedray: error: {err}", file=sys.stderr)
         return EXIT_RUN

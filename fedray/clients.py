@@ -4,24 +4,30 @@ A plain class: the local backend runs one in-process, and ``actors.client`` make
 with the configured CPUs and GPU share. Each hosted client keeps its data shard on the host's
 device and its persistent state (``VirtualClient.state``) between rounds, so nothing but the
 round's payloads and updates crosses the actor boundary.
+
+The host is where a client's round is wrapped: it runs the method's ``receive``, ``train`` and
+``upload``, times them, counts the uploaded bytes, assembles the ``ClientUpdate``, names the step
+that failed (with the whole traceback), and stands in for ``train`` when the client is Byzantine.
 """
 
 from __future__ import annotations
 
 import os
+import time
 import traceback
 from typing import Any, Callable
 
 import numpy as np
 import torch
 
-from fedray.algorithms import VirtualClient, get_algorithm
-from fedray.algorithms.base import task_seed
+from fedray.algorithms.base import ClientAlgorithm, Gradient, LocalUpdate, Trained, VirtualClient, task_seed
 from fedray.config import Config
 from fedray.data.shifts import apply_adversary, apply_group
-from fedray.messages import ClientFailure, ClientSpec, ClientTask, ClientUpdate
+from fedray.experiment import Method
+from fedray.messages import ClientFailure, ClientSpec, ClientTask, ClientUpdate, one_line
 from fedray.models import create_model
 from fedray.training import resolve_device
+from fedray.weights import Weights, is_update, nbytes
 
 
 def model_builder(config: Config, input_shape: tuple[int, ...], num_classes: int) -> Callable[[str], torch.nn.Module]:
@@ -34,11 +40,50 @@ def model_builder(config: Config, input_shape: tuple[int, ...], num_classes: int
     return build
 
 
+def byzantine_update(algorithm: ClientAlgorithm, task: ClientTask, theta: Weights) -> LocalUpdate:
+    """Thesis section 6.7: a Byzantine client draws its update from N(0, I) instead of computing it.
+
+    For a method whose clients train (``Trained``) that is theta + xi on every floating tensor; for
+    one whose clients send a gradient (``Gradient``, DSGD) it is xi in place of the gradient.
+    """
+    rng = np.random.default_rng(task.seed)
+    metrics = {"loss": float("nan"), "steps": 0.0}
+    if algorithm.update_kind is Gradient:
+        params = {name for name, _ in algorithm.model(task.arch).named_parameters()}
+        grad = {k: rng.standard_normal(v.shape).astype(v.dtype) for k, v in theta.items() if k in params}
+        return Gradient(grad, {k: v.copy() for k, v in theta.items() if k not in params}, metrics)
+    return Trained({k: (v + rng.standard_normal(v.shape)).astype(v.dtype) if is_update(v) else v.copy()
+                    for k, v in theta.items()}, metrics)
+
+
+def run_task(algorithm: ClientAlgorithm, task: ClientTask, downloads: tuple[Any, ...],
+             client: VirtualClient) -> ClientUpdate:
+    """One client's round: the method's ``receive``, ``train`` (an adversary's drawn update in its
+    place) and ``upload``, timed, with the upload's bytes counted. A failure becomes a
+    ``ClientFailure`` naming the client, the round, the step and the whole traceback."""
+    start = time.perf_counter()
+    stage = "download"
+    try:
+        theta = algorithm.receive(task, downloads, client)
+        stage = "local training"
+        if client.spec.role == "byzantine":
+            local = byzantine_update(algorithm, task, theta)
+        else:
+            local = algorithm.train(task, theta, client)
+        stage = "upload"
+        payload = algorithm.upload(task, theta, local, client)
+    except Exception as err:  # name the client and the step; keep the whole traceback as text
+        raise ClientFailure(task.client_id, task.round, stage, one_line(err), traceback.format_exc()) from err
+    metrics = {**local.metrics, "time_s": time.perf_counter() - start}
+    return ClientUpdate(task.client_id, task.arch, client.num_samples, payload, nbytes(payload), metrics)
+
+
 class ClientHost:
     """Hosts virtual clients and runs ``ClientAlgorithm.run`` for them.
 
     Args:
         config: the run's config.
+        method: the resolved method (``fedray.experiment.resolve``), whose client half runs here.
         specs: every client this host may serve (id, architecture, sample indices).
         train_x, train_y: the whole training set (shared and read-only: with Ray, zero-copy views
             of the object store).
@@ -50,15 +95,14 @@ class ClientHost:
         aux_x: unlabelled auxiliary inputs (distillation methods), copied once to this host's device.
     """
 
-    def __init__(self, config: Config, specs: list[ClientSpec], train_x: np.ndarray, train_y: np.ndarray,
-                 num_classes: int, gpus: float = 0.0, home: list[int] | None = None,
+    def __init__(self, config: Config, method: Method, specs: list[ClientSpec], train_x: np.ndarray,
+                 train_y: np.ndarray, num_classes: int, gpus: float = 0.0, home: list[int] | None = None,
                  threads: int | None = None, aux_x: np.ndarray | None = None):
         torch.set_num_threads(threads or config.runtime.torch_threads or max(1, int(config.runtime.actor_cpus)))
         self.device = resolve_device(config.runtime.device, gpus)
-        algorithm = get_algorithm(config.algorithm.name)
         build = model_builder(config, train_x.shape[1:], num_classes)
         aux = None if aux_x is None else torch.from_numpy(np.array(aux_x)).to(self.device)  # own, writable copy
-        self.algorithm = algorithm.Client(config.algorithm_params(), config, build, self.device, aux)
+        self.algorithm = method.make_client(config, build, self.device, aux)
         self.config, self.num_classes = config, num_classes
         self.train_x, self.train_y = train_x, train_y
         self.specs = {spec.client_id: spec for spec in specs}
@@ -90,16 +134,9 @@ class ClientHost:
         visitor.state = self.algorithm.init_state(visitor)
         return visitor
 
-    def run(self, task: ClientTask, *payloads: Any) -> ClientUpdate:
-        """Run one task; ``payloads`` are the broadcast entries named by ``task.payload_keys``."""
-        client = self._client(task)
-        try:
-            return self.algorithm.run(task, dict(zip(task.payload_keys, payloads)), client)
-        except ClientFailure:  # already names the client and the stage
-            raise
-        except Exception as err:  # report which client and stage, keep the traceback text
-            detail = "".join(traceback.format_exception_only(type(err), err)).strip()
-            raise ClientFailure(task.client_id, task.round, "local training", detail) from err
+    def run(self, task: ClientTask, *downloads: Any) -> ClientUpdate:
+        """Run one task; ``downloads`` are the broadcast entries named by ``task.payload_keys``."""
+        return run_task(self.algorithm, task, downloads, self._client(task))
 
     def client_states(self) -> dict[int, dict[str, Any]]:
         return {cid: c.state for cid, c in self.clients.items()}
@@ -116,9 +153,9 @@ class ClientHost:
 class LocalExecutor:
     """Runs every client in this process, one after another (``runtime.backend: local``)."""
 
-    def __init__(self, config: Config, specs: list[ClientSpec], data):
+    def __init__(self, config: Config, method: Method, specs: list[ClientSpec], data):
         threads = config.runtime.torch_threads or os.cpu_count() or 1
-        self.host = ClientHost(config, specs, data.train_x, data.train_y, data.num_classes, threads=threads,
+        self.host = ClientHost(config, method, specs, data.train_x, data.train_y, data.num_classes, threads=threads,
                                aux_x=data.aux_x)
 
     def execute(self, plan) -> list[ClientUpdate]:

@@ -5,9 +5,10 @@ applies ``key=value`` overrides (values parsed as YAML, so ``federation.rounds=5
 ``federation.architectures={cnn: 10}`` a mapping) and validates the whole tree. Every problem is
 reported as one :class:`ConfigError` line naming the bad key, the bad value and what is valid.
 
-The algorithm section is open: ``algorithm.name`` selects a method from
-``fedray.algorithms.ALGORITHMS`` and the remaining keys are validated against that method's own
-``Params`` model, so a new method adds its hyperparameters without touching this file.
+This module is the schema only: it imports no registry. The algorithm section is open here;
+``fedray.experiment.resolve`` turns ``algorithm.name`` into a method and validates the remaining keys
+against that method's own ``Params`` (and checks data-set and model names), so a new method adds its
+hyperparameters without touching this file.
 """
 
 from __future__ import annotations
@@ -189,18 +190,12 @@ class Config(_Section):
                              f"{self.federation.num_clients}")
         return self
 
-    def algorithm_params(self) -> BaseModel:
-        """The validated ``Params`` of the selected algorithm."""
-        from fedray.algorithms import get_algorithm
-
-        params = self.algorithm.model_dump(exclude={"name"})
-        return get_algorithm(self.algorithm.name).Params(**params)
-
     def to_dict(self) -> dict[str, Any]:
         return self.model_dump(mode="json")
 
 
-def _format_error(err: ValidationError, prefix: str = "") -> str:
+def format_error(err: ValidationError, prefix: str = "") -> str:
+    """The first validation error as one line naming the key, the bad value and what is valid."""
     first = err.errors()[0]
     key = ".".join(str(part) for part in first["loc"])
     key = f"{prefix}{key}" if key else prefix.rstrip(".")
@@ -246,48 +241,11 @@ def apply_overrides(tree: dict[str, Any], overrides: list[str]) -> dict[str, Any
 
 
 def build_config(tree: dict[str, Any]) -> Config:
-    """Validate a config tree (a dict as read from YAML); raise ConfigError with one line."""
-    from fedray.algorithms import ALGORITHMS, get_algorithm
-
+    """Validate a config tree (a dict as read from YAML) against the schema; raise ConfigError with one line."""
     try:
-        config = Config(**tree)
+        return Config(**tree)
     except ValidationError as err:
-        raise ConfigError(_format_error(err)) from None
-    if config.algorithm.name not in ALGORITHMS:
-        raise ConfigError(
-            f"bad config value algorithm.name = {config.algorithm.name!r}: "
-            f"valid algorithms are {', '.join(sorted(ALGORITHMS))}"
-        )
-    try:
-        get_algorithm(config.algorithm.name).Params(**config.algorithm.model_dump(exclude={"name"}))
-    except ValidationError as err:
-        raise ConfigError(_format_error(err, prefix="algorithm.")) from None
-    _check_names(config)
-    if get_algorithm(config.algorithm.name).needs_aux and config.aux.size == 0:
-        raise ConfigError(f"bad config value aux.size = 0: algorithm {config.algorithm.name} distils on unlabelled "
-                          f"auxiliary data; set aux.size (e.g. aux.size=5000)")
-    return config
-
-
-def _check_names(config: Config) -> None:
-    from fedray.data import dataset_names
-    from fedray.models import model_names
-
-    for key, name in (("data.dataset", config.data.dataset), ("aux.dataset", config.aux.dataset)):
-        if name is not None and name not in dataset_names():
-            raise ConfigError(f"bad config value {key} = {name!r}: valid data sets are {', '.join(dataset_names())}")
-    for arch in config.federation.architectures:
-        if arch not in model_names():
-            raise ConfigError(
-                f"bad config value federation.architectures: unknown model {arch!r}; "
-                f"valid models are {', '.join(model_names())}"
-            )
-    for arch in config.federation.model_options:
-        if arch not in config.federation.architectures:
-            raise ConfigError(
-                f"bad config value federation.model_options.{arch}: "
-                f"{arch!r} is not one of the run's architectures"
-            )
+        raise ConfigError(format_error(err)) from None
 
 
 def load_config(path: str | Path, overrides: list[str] | None = None) -> Config:

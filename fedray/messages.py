@@ -43,7 +43,8 @@ class ClientTask:
         payload_keys: keys of the round's broadcast payloads this client downloads, in the order
             the host receives them (e.g. ``("model/cnn",)``).
         seed: seed of every random choice the client makes this round (batch order, dropout).
-        options: per-round hyperparameters of the method (e.g. a learning rate schedule).
+        options: what else the method tells this client this round, as a small frozen dataclass of
+            that method (e.g. STC's ``ModelCheck``); None when there is nothing.
     """
 
     client_id: int
@@ -51,7 +52,7 @@ class ClientTask:
     arch: str
     payload_keys: tuple[str, ...]
     seed: int
-    options: Mapping[str, Any] = field(default_factory=dict)
+    options: Any = None
 
 
 @dataclass(frozen=True)
@@ -98,12 +99,20 @@ class RoundResult:
     metrics: dict[str, float]
 
 
-class ClientFailure(RuntimeError):
-    """A client failed; names the client, the round and the stage."""
+def one_line(err: BaseException) -> str:
+    """``Type: first line of the message``, for a report that must stay on one line."""
+    text = str(err).strip().splitlines()
+    return f"{type(err).__name__}: {text[0] if text else ''}"
 
-    def __init__(self, client_id: int, round: int, stage: str, reason: str):
+
+class ClientFailure(RuntimeError):
+    """A client failed; names the client, the round and the stage (``download``, ``local training``,
+    ``upload`` or ``dispatch``). ``trace`` is the whole traceback where it failed, as text, so that it
+    survives the trip out of a client actor."""
+
+    def __init__(self, client_id: int, round: int, stage: str, reason: str, trace: str = ""):
         super().__init__(f"client {client_id} failed in round {round} during {stage}: {reason}")
-        self.client_id, self.round, self.stage, self.reason = client_id, round, stage, reason
+        self.client_id, self.round, self.stage, self.reason, self.trace = client_id, round, stage, reason, trace
 
     def __reduce__(self):
-        return ClientFailure, (self.client_id, self.round, self.stage, self.reason)
+        return ClientFailure, (self.client_id, self.round, self.stage, self.reason, self.trace)

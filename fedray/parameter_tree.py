@@ -7,6 +7,10 @@ clients' pre-split updates (eq. 6.42), which is what a new client is compared wi
 descends the tree (Alg. 13). A client's root-to-leaf path gives it models of increasing
 specificity. In Byzantine mode a split keeps only the larger child (eq. 6.50); the smaller one
 stays in the tree, marked ``dropped``, and its clients train no more.
+
+The CFL strategy talks to the tree twice a round, which matters when the tree lives in its own
+actor: ``view()`` hands out the tree's shape and the active clusters' models (no cached updates),
+and ``apply()`` takes the round's new models and splits in one batch.
 """
 
 from __future__ import annotations
@@ -37,6 +41,113 @@ class TreeNode:
     def is_leaf(self) -> bool:
         return not self.children
 
+    def info(self) -> "NodeInfo":
+        return NodeInfo(self.node_id, tuple(self.clients), self.parent, tuple(self.children), self.created,
+                        self.dropped)
+
+
+@dataclass(frozen=True)
+class NodeInfo:
+    """A node's place in the tree, without its model and cached updates."""
+
+    node_id: int
+    clients: tuple[int, ...]
+    parent: int | None
+    children: tuple[int, ...]
+    created: int
+    dropped: bool
+
+    @property
+    def is_leaf(self) -> bool:
+        return not self.children
+
+
+@dataclass(frozen=True)
+class Split:
+    """A split of leaf ``node`` into clients ``c1`` and ``c2``, with every client's pre-split update."""
+
+    node: int
+    c1: list[int]
+    c2: list[int]
+    updates: dict[int, np.ndarray]
+
+
+@dataclass
+class TreeView:
+    """What a round needs of the tree: the nodes' places and the active clusters' models."""
+
+    nodes: dict[int, NodeInfo]
+    models: dict[int, Weights]
+
+    def leaves(self) -> list[int]:
+        """The active clusters: leaves that were not dropped, by id."""
+        return [n.node_id for n in self.nodes.values() if n.is_leaf and not n.dropped]
+
+    def clusters(self) -> dict[int, list[int]]:
+        """Active cluster id -> its clients."""
+        return {v: list(self.nodes[v].clients) for v in self.leaves()}
+
+    def leaf_of(self) -> dict[int, int]:
+        """Client -> the leaf it ended in: its active cluster, or the dropped one."""
+        return {i: n.node_id for n in self.nodes.values() if n.is_leaf for i in n.clients}
+
+    def num_splits(self) -> int:
+        """How many clusters were split so far (the inner nodes)."""
+        return sum(1 for n in self.nodes.values() if n.children)
+
+    def after(self, nodes: dict[int, NodeInfo], trained: dict[int, Weights]) -> "TreeView":
+        """The view once ``apply`` stored the ``trained`` models and made ``nodes``: a split's children
+        start from their parent's new model (eq. 6.49), every other cluster keeps its model."""
+        known = {**self.models, **trained}
+        models = {v: known[v] if v in known else known[nodes[v].parent] for v in nodes
+                  if nodes[v].is_leaf and not nodes[v].dropped}
+        return TreeView(nodes, models)
+
+    def describe(self) -> str:
+        """The tree as indented text: one line per node."""
+        lines = []
+        for v, depth in self._preorder():
+            n = self.nodes[v]
+            tag = " dropped" if n.dropped else (" active" if n.is_leaf else "")
+            lines.append(f"{'  ' * depth}cluster {v} (round {n.created}, {len(n.clients)} clients{tag}): "
+                         f"{id_ranges(list(n.clients))}")
+        return "\n".join(lines)
+
+    def figure(self, title: str = ""):
+        """The tree drawn with matplotlib: nodes at their depth, leaves spread left to right."""
+        import matplotlib.pyplot as plt
+
+        order = self._preorder()
+        depth = dict(order)
+        leaves = [v for v, _ in order if self.nodes[v].is_leaf]
+        x = {v: float(i) for i, v in enumerate(leaves)}
+        for v, _ in reversed(order):
+            if v not in x:
+                x[v] = float(np.mean([x[c] for c in self.nodes[v].children]))
+        fig, ax = plt.subplots(figsize=(max(4.0, 1.6 * len(leaves)), 1.5 + 1.2 * max(depth.values())))
+        for v, n in self.nodes.items():
+            for c in n.children:
+                ax.plot([x[v], x[c]], [-depth[v], -depth[c]], color="grey", lw=1)
+        for v, n in self.nodes.items():
+            color = "lightgrey" if n.dropped else ("palegreen" if n.is_leaf else "lightblue")
+            ax.text(x[v], -depth[v], f"{v}\n{len(n.clients)} clients\nround {n.created}", ha="center",
+                    va="center", fontsize=8, bbox={"boxstyle": "round", "fc": color})
+        ax.set_xlim(-0.7, len(leaves) - 0.3)
+        ax.set_ylim(-max(depth.values()) - 0.6, 0.6)
+        ax.axis("off")
+        ax.set_title(title or "parameter tree (green: active clusters, grey: dropped)", fontsize=9)
+        fig.tight_layout()
+        return fig
+
+    def _preorder(self) -> list[tuple[int, int]]:
+        """(node, depth) from the root, children in split order."""
+        order, stack = [], [(0, 0)]
+        while stack:
+            v, depth = stack.pop()
+            order.append((v, depth))
+            stack.extend((c, depth + 1) for c in reversed(self.nodes[v].children))
+        return order
+
 
 class ParameterTree:
     """Clusters, their models and the history of splits.
@@ -50,13 +161,20 @@ class ParameterTree:
         self.nodes: dict[int, TreeNode] = {0: TreeNode(0, sorted(clients), copy.deepcopy(model))}
 
     # -- queries ---------------------------------------------------------------------------------
+    def view(self) -> TreeView:
+        """The nodes' places and the active clusters' models: what the CFL strategy reads each round."""
+        return TreeView({v: n.info() for v, n in self.nodes.items()}, self.models())
+
+    def _shape(self) -> TreeView:
+        return TreeView(self.nodes, {})  # the nodes themselves: queries need no copies
+
     def leaves(self) -> list[int]:
         """The active clusters: leaves that were not dropped, by id."""
-        return [n.node_id for n in self.nodes.values() if n.is_leaf and not n.dropped]
+        return self._shape().leaves()
 
     def clusters(self) -> dict[int, list[int]]:
         """Active cluster id -> its clients."""
-        return {v: list(self.nodes[v].clients) for v in self.leaves()}
+        return self._shape().clusters()
 
     def cluster_of(self, client: int) -> int | None:
         """The active leaf holding ``client``, or None if it was dropped."""
@@ -64,11 +182,11 @@ class ParameterTree:
 
     def leaf_of(self) -> dict[int, int]:
         """Client -> the leaf it ended in: its active cluster, or the dropped one."""
-        return {i: n.node_id for n in self.nodes.values() if n.is_leaf for i in n.clients}
+        return self._shape().leaf_of()
 
     def num_splits(self) -> int:
         """How many clusters were split so far (the inner nodes)."""
-        return sum(1 for n in self.nodes.values() if n.children)
+        return self._shape().num_splits()
 
     def model(self, node: int) -> Weights:
         return self.nodes[node].model
@@ -93,6 +211,15 @@ class ParameterTree:
         return path[::-1]
 
     # -- changes ---------------------------------------------------------------------------------
+    def apply(self, models: dict[int, Weights], splits: list[Split], round: int, keep: str = "both"
+              ) -> dict[int, NodeInfo]:
+        """One round's changes at once: the clusters' new models, then the splits (each child starts
+        from its parent's new model). Returns the nodes' places afterwards (``TreeView.after``)."""
+        self.set_models(models)
+        for s in splits:
+            self.split(s.node, s.c1, s.c2, s.updates, round, keep)
+        return {v: n.info() for v, n in self.nodes.items()}
+
     def split(self, node: int, c1: list[int], c2: list[int], updates: dict[int, np.ndarray], round: int,
               keep: str = "both") -> list[int]:
         """Split leaf ``node`` into children with clients c1 and c2; returns the children's ids.
@@ -146,54 +273,11 @@ class ParameterTree:
     # -- display, checkpoints --------------------------------------------------------------------
     def describe(self) -> str:
         """The tree as indented text: one line per node."""
-        lines = []
-
-        def walk(v: int, depth: int) -> None:
-            n = self.nodes[v]
-            tag = " dropped" if n.dropped else (" active" if n.is_leaf else "")
-            lines.append(f"{'  ' * depth}cluster {v} (round {n.created}, {len(n.clients)} clients{tag}): "
-                         f"{id_ranges(n.clients)}")
-            for child in n.children:
-                walk(child, depth + 1)
-
-        walk(0, 0)
-        return "\n".join(lines)
+        return self._shape().describe()
 
     def figure(self, title: str = ""):
-        """The tree drawn with matplotlib: nodes at their depth, leaves spread left to right."""
-        import matplotlib.pyplot as plt
-
-        leaves = [v for v in self._preorder() if self.nodes[v].is_leaf]
-        x = {v: float(i) for i, v in enumerate(leaves)}
-        for v in reversed(self._preorder()):
-            if v not in x:
-                x[v] = float(np.mean([x[c] for c in self.nodes[v].children]))
-        depth = {0: 0}
-        for v in self._preorder():
-            for c in self.nodes[v].children:
-                depth[c] = depth[v] + 1
-        fig, ax = plt.subplots(figsize=(max(4.0, 1.6 * len(leaves)), 1.5 + 1.2 * max(depth.values())))
-        for v, n in self.nodes.items():
-            for c in n.children:
-                ax.plot([x[v], x[c]], [-depth[v], -depth[c]], color="grey", lw=1)
-        for v, n in self.nodes.items():
-            color = "lightgrey" if n.dropped else ("palegreen" if n.is_leaf else "lightblue")
-            ax.text(x[v], -depth[v], f"{v}\n{len(n.clients)} clients\nround {n.created}", ha="center",
-                    va="center", fontsize=8, bbox={"boxstyle": "round", "fc": color})
-        ax.set_xlim(-0.7, len(leaves) - 0.3)
-        ax.set_ylim(-max(depth.values()) - 0.6, 0.6)
-        ax.axis("off")
-        ax.set_title(title or "parameter tree (green: active clusters, grey: dropped)", fontsize=9)
-        fig.tight_layout()
-        return fig
-
-    def _preorder(self) -> list[int]:
-        order, stack = [], [0]
-        while stack:
-            v = stack.pop()
-            order.append(v)
-            stack.extend(reversed(self.nodes[v].children))
-        return order
+        """The tree drawn with matplotlib (``TreeView.figure``)."""
+        return self._shape().figure(title)
 
     def state_dict(self) -> dict[str, Any]:
         """The nodes, sharing their arrays with the tree: a node's model is replaced, never changed in

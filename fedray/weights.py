@@ -6,6 +6,7 @@ numpy arrays travel through Ray's object store without copies, and a dict keyed 
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Sequence
 
 import numpy as np
@@ -52,7 +53,7 @@ def is_update(array: np.ndarray) -> bool:
 
 
 def nbytes(payload) -> int:
-    """Bytes of a payload made of numpy arrays or encoded bytes (nested in dicts, lists or tuples)."""
+    """Bytes of a payload made of numpy arrays or encoded bytes (nested in dicts, lists, tuples or dataclasses)."""
     if isinstance(payload, np.ndarray):
         return int(payload.nbytes)
     if isinstance(payload, (bytes, bytearray)):
@@ -61,6 +62,8 @@ def nbytes(payload) -> int:
         return sum(nbytes(v) for v in payload.values())
     if isinstance(payload, (list, tuple)):
         return sum(nbytes(v) for v in payload)
+    if dataclasses.is_dataclass(payload) and not isinstance(payload, type):
+        return sum(nbytes(getattr(payload, f.name)) for f in dataclasses.fields(payload))
     if isinstance(payload, torch.Tensor):
         return int(payload.numel() * payload.element_size())
     raise TypeError(f"cannot count the bytes of a {type(payload).__name__}")

@@ -119,7 +119,7 @@ def run_plain(config) -> dict:
 def run_fedray(config) -> dict:
     import tempfile
 
-    from actors.driver import run_experiment
+    from fedray.runner import run_experiment
 
     with tempfile.TemporaryDirectory() as run_dir:
         summary = run_experiment(config, run_dir, progress=False)

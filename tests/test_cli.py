@@ -3,10 +3,10 @@
 import json
 
 import numpy as np
-import torch
 
 from fedray.cli import main
 from fedray.tracking import read_scalars
+from fedray.federation import CHECKPOINT, read_checkpoint
 
 
 def test_run_then_extend_with_resume_matches_a_longer_run(tmp_path, capsys):
@@ -19,8 +19,8 @@ def test_run_then_extend_with_resume_matches_a_longer_run(tmp_path, capsys):
     assert main(["run", str(config), "--run-dir", str(short), "--no-progress"]) == 0
     assert main(["resume", str(short), "--rounds", "4", "--no-progress"]) == 0
     assert main(["run", str(config), "federation.rounds=4", "--run-dir", str(long), "--no-progress"]) == 0
-    a = torch.load(short / "checkpoint.pt", weights_only=False)
-    b = torch.load(long / "checkpoint.pt", weights_only=False)
+    a = read_checkpoint(short / CHECKPOINT)
+    b = read_checkpoint(long / CHECKPOINT)
     assert a["round"] == b["round"] == 4
     for name, value in a["strategy"]["models"]["mlp"].items():
         np.testing.assert_array_equal(value, b["strategy"]["models"]["mlp"][name])

@@ -5,9 +5,10 @@ import pytest
 import torch
 
 from fedray.algorithms.base import task_seed
-from fedray.algorithms.fedavg import FedAvgClient
+from fedray.algorithms.base import ClientAlgorithm
 from fedray.clients import ClientHost
 from fedray.config import build_config
+from fedray.experiment import resolve
 from fedray.messages import ClientFailure, ClientSpec, ClientTask
 from fedray.models import create_model
 from fedray.weights import get_weights
@@ -22,7 +23,7 @@ def host_and_task():
     specs = [ClientSpec(0, "logreg", np.arange(10)), ClientSpec(1, "logreg", np.arange(10, 20))]
     torch.manual_seed(0)
     weights = get_weights(create_model("logreg", (4,), 3))
-    host = ClientHost(config, specs, x, y, num_classes=3, home=[0])
+    host = ClientHost(config, resolve(config), specs, x, y, num_classes=3, home=[0])
     task = ClientTask(1, 1, "logreg", ("model/logreg",), task_seed(0, 1, 1))
     return host, task, weights, (x, y)
 
@@ -38,7 +39,8 @@ def test_visitor_of_a_stateless_method_trains_on_its_own_shard(host_and_task):
     update = host.run(task, weights)
     assert update.client_id == 1 and update.num_samples == 10
     assert 1 not in host.client_states()  # nothing of the visitor stays behind
-    home = ClientHost(host.algorithm.config, list(host.specs.values()), host.train_x, host.train_y, 3, home=[1])
+    config = host.algorithm.config
+    home = ClientHost(config, resolve(config), list(host.specs.values()), host.train_x, host.train_y, 3, home=[1])
     again = home.run(task, weights)  # the same task on the client's home host: the same result
     for name in update.payload:
         np.testing.assert_array_equal(update.payload[name], again.payload[name])
@@ -46,7 +48,7 @@ def test_visitor_of_a_stateless_method_trains_on_its_own_shard(host_and_task):
 
 def test_visitor_of_a_stateful_method_is_refused(host_and_task, monkeypatch):
     host, task, weights, _ = host_and_task
-    monkeypatch.setattr(FedAvgClient, "stateful", True)
+    monkeypatch.setattr(ClientAlgorithm, "stateful", True)
     with pytest.raises(ClientFailure, match="client 1 failed in round 1 during dispatch: client is not hosted here"):
         host.run(task, weights)
 

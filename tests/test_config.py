@@ -4,6 +4,7 @@ import pytest
 
 from fedray.cli import main
 from fedray.config import ConfigError, build_config, load_config
+from fedray.experiment import resolve
 
 
 def write(tmp_path, text):
@@ -13,8 +14,9 @@ def write(tmp_path, text):
 
 
 def message(tree):
+    """The one-line error of a config tree: from the schema, or from resolving its method and names."""
     with pytest.raises(ConfigError) as info:
-        build_config(tree)
+        resolve(build_config(tree))
     text = str(info.value)
     assert "\n" not in text
     return text
@@ -23,7 +25,7 @@ def message(tree):
 def test_defaults_are_valid():
     config = build_config({})
     assert config.federation.num_clients == 100 and config.algorithm.name == "fedavg"
-    assert config.algorithm_params().weighted is False  # thesis Alg. 2 averages unweighted
+    assert resolve(config).params.weighted is False  # thesis Alg. 2 averages unweighted
 
 
 def test_unknown_key_is_named():
@@ -61,7 +63,7 @@ def test_algorithm_params_are_checked_against_the_method():
     assert message({"algorithm": {"name": "fedavg", "mu": 0.1}}) == "unknown config key 'algorithm.mu'"
     assert "algorithm.mu = -1" in message({"algorithm": {"name": "fedprox", "mu": -1}})
     config = build_config({"algorithm": {"name": "fedprox", "mu": 0.5}})
-    assert config.algorithm_params().mu == 0.5
+    assert resolve(config).params.mu == 0.5
 
 
 def test_overrides_are_typed(tmp_path):

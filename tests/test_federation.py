@@ -6,7 +6,7 @@ from tensorboard.backend.event_processing.event_accumulator import EventAccumula
 
 from fedray.clients import LocalExecutor
 from fedray.config import build_config
-from fedray.federation import Federation
+from fedray.federation import CHECKPOINT, Federation
 from fedray.tracking import plot_runs, read_scalars, target_report
 
 
@@ -112,5 +112,5 @@ def test_a_run_without_checkpoints_writes_none_and_still_reports(tmp_path):
     fed = Federation(digits("fedavg", 2, checkpoint_every=1), tmp_path, LocalExecutor, checkpoints=False)
     fed.run_round(), fed.run_round()
     summary = fed.finish()
-    assert not (tmp_path / "checkpoint.pt").exists() and summary["rounds"] == 2
+    assert not (tmp_path / CHECKPOINT).exists() and summary["rounds"] == 2
     assert (tmp_path / "result.json").is_file() and summary["best_accuracy"] > 0.5

@@ -1,4 +1,7 @@
-"""Method registry: ``algorithm.name`` in a config -> its Strategy class (one file per method)."""
+"""Method registry: ``algorithm.name`` in a config -> its Strategy class (one file per method).
+
+``fedray.experiment.resolve`` looks names up here; nothing else does.
+"""
 
 from __future__ import annotations
 
@@ -18,12 +21,4 @@ from fedray.algorithms.stc import STC
 ALGORITHMS: dict[str, type[Strategy]] = {s.name: s for s in (FedAvg, FedProx, DSGD, Central, STC, SignSGD, DGC, CFL,
                                                           FedDF, FedBE, FD, CFD)}
 
-
-def get_algorithm(name: str) -> type[Strategy]:
-    if name not in ALGORITHMS:
-        raise ValueError(f"unknown algorithm {name!r}; valid algorithms are {', '.join(sorted(ALGORITHMS))}")
-    return ALGORITHMS[name]
-
-
-__all__ = ["ALGORITHMS", "ClientAlgorithm", "Params", "ServerContext", "Strategy", "VirtualClient",
-           "get_algorithm"]
+__all__ = ["ALGORITHMS", "ClientAlgorithm", "Params", "ServerContext", "Strategy", "VirtualClient"]

@@ -1,18 +1,21 @@
-"""The interface every method implements: a server half (Strategy) and a client half.
+"""The interface every method implements: a server half (Strategy) and a client half (ClientAlgorithm).
 
 The round loop (``fedray.federation.Federation``) is written once and never changes for a new method:
 
 1. ``Strategy.configure_round`` returns a :class:`RoundPlan`: the tasks of the sampled clients and the
    payloads broadcast to them (one entry per architecture, put in the object store once each).
-2. The host of each client calls ``ClientAlgorithm.run(task, payloads, client)``, which returns a
-   :class:`ClientUpdate`. Per-client state (error-feedback residuals, certainty scores, cluster id)
-   lives in ``client.state`` on that host between rounds and is checkpointed with the run.
+2. The host of each client (``fedray.clients.ClientHost``) runs the client half in three steps:
+   ``receive`` (apply the downloads: the model theta_i the client starts from), ``train`` (the local
+   computation: SGD_E(theta_i, D_i), or a gradient) and ``upload`` (what travels back: weights, a
+   coded update, soft labels). The host times them, counts the uploaded bytes, names the failing
+   step, and stands in for ``train`` when the client is an adversary; per-client state (residuals,
+   the last upload) lives in ``client.state`` on that host and is checkpointed with the run.
 3. ``Strategy.aggregate`` folds the updates into the server state and may run server-side work
-   (distillation, generator training, cluster splits); it returns metrics to log.
+   (distillation, cluster splits); it returns metrics to log.
 4. ``Strategy.models_to_evaluate`` names the models the loop evaluates on the test set.
 
-Compression, distillation, clustered FL, FedGen and MrTF plug in by overriding these hooks, with
-extra broadcast payloads and extra update contents; the runtime only moves the typed messages.
+Methods override these hooks; shared server-side pieces (grouping by architecture, |D_i| weights,
+the seeded initial model, the catch-up cache) are in :mod:`fedray.algorithms.helpers`.
 """
 
 from __future__ import annotations
@@ -20,15 +23,17 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import Any, Callable, ClassVar, Optional
+from typing import Any, Callable, ClassVar, Optional, Union
 
 import numpy as np
 import torch
 from pydantic import BaseModel, ConfigDict
 
+from fedray.algorithms.helpers import initial_model
 from fedray.config import Config
 from fedray.messages import ClientSpec, ClientTask, ClientUpdate, RoundPlan
-from fedray.weights import Weights, get_weights, is_update, set_weights
+from fedray.training import ExtraLoss, local_train
+from fedray.weights import Weights, get_weights, set_weights
 
 
 class Params(BaseModel):
@@ -53,6 +58,26 @@ class VirtualClient:
     @property
     def num_samples(self) -> int:
         return self.spec.num_samples
+
+
+@dataclass
+class Trained:
+    """theta_i after local training, SGD_E(theta, D_i), with its training metrics (loss, steps)."""
+
+    weights: Weights
+    metrics: dict[str, float]
+
+
+@dataclass
+class Gradient:
+    """One mini-batch gradient g_i (thesis Alg. 1), the buffers of that forward pass, its metrics."""
+
+    grad: Weights
+    buffers: Weights
+    metrics: dict[str, float]
+
+
+LocalUpdate = Union[Trained, Gradient]
 
 
 @dataclass
@@ -85,15 +110,21 @@ def round_rng(seed: int, round: int) -> np.random.Generator:
     return np.random.default_rng([seed, round, 0x5EED])
 
 
-class ClientAlgorithm(ABC):
+class ClientAlgorithm:
     """Client half of a method. One instance per host; it serves all clients of that host.
 
-    ``stateful``: set True when ``run`` keeps state in ``client.state`` from one round to the next
-    (error-feedback residuals, local optimiser state). Such clients always run on their home host,
+    The defaults are FedAvg's client (thesis Alg. 2): start from the broadcast model, train it with
+    the local optimiser, upload the trained weights. A method overrides the steps it changes.
+
+    ``stateful``: set True when the client keeps state in ``client.state`` from one round to the next
+    (error-feedback residuals, its copy of the model). Such clients always run on their home host,
     where the state lives; clients of a stateless method may run on any free host.
+    ``update_kind``: what ``train`` returns (:class:`Trained` or :class:`Gradient`), so that the host
+    can draw an adversary's update of the same kind without training (thesis section 6.7).
     """
 
     stateful: ClassVar[bool] = False
+    update_kind: ClassVar[type] = Trained
 
     def __init__(self, params: Params, config: Config, build_model: Callable[[str], torch.nn.Module],
                  device: torch.device, aux_x: Optional[torch.Tensor] = None):
@@ -101,45 +132,41 @@ class ClientAlgorithm(ABC):
         self.config = config
         self.device = device
         self.aux_x = aux_x  # unlabelled auxiliary inputs on this host's device (distillation methods)
-        self._build_model = build_model
+        self.build_model = build_model
         self._models: dict[str, torch.nn.Module] = {}
 
     def model(self, arch: str) -> torch.nn.Module:
         """A working model of ``arch``, built once per host and reused across clients."""
         if arch not in self._models:
-            self._models[arch] = self._build_model(arch).to(self.device)
+            self._models[arch] = self.build_model(arch).to(self.device)
         return self._models[arch]
-
-    def train_local(self, task: ClientTask, weights: Weights, client: VirtualClient,
-                    extra_loss=None) -> tuple[Weights, dict[str, float]]:
-        """SGD_E(weights, D_i) with the task's seeds; returns the trained weights and loss/steps.
-
-        A Byzantine client (thesis section 6.7) does not train: its update is drawn from N(0, I),
-        so it returns weights + xi on every floating tensor.
-        """
-        from fedray.training import local_train
-
-        if client.spec.role == "byzantine":
-            rng = np.random.default_rng(task.seed)
-            attacked = {k: (v + rng.standard_normal(v.shape)).astype(v.dtype) if is_update(v) else v.copy()
-                        for k, v in weights.items()}
-            return attacked, {"loss": float("nan"), "steps": 0.0}
-
-        model = self.model(task.arch)
-        set_weights(model, weights)
-        generator = torch.Generator().manual_seed(task.seed)
-        torch.manual_seed(task.seed)  # dropout and other in-model randomness
-        stats = local_train(model, client.x, client.y, self.config.training, generator,
-                            extra_loss(model) if extra_loss else None)
-        return get_weights(model), stats
 
     def init_state(self, client: VirtualClient) -> dict[str, Any]:
         """Persistent per-client state before round one (empty for stateless methods)."""
         return {}
 
-    @abstractmethod
-    def run(self, task: ClientTask, payloads: dict[str, Any], client: VirtualClient) -> ClientUpdate:
-        """Train (or otherwise serve) ``client`` for one round and answer with its update."""
+    # -- the three steps of a round, in the order the host calls them ------------------------------
+    def receive(self, task: ClientTask, downloads: tuple[Any, ...], client: VirtualClient) -> Weights:
+        """theta_i, the model the client starts from, out of this round's downloads (in
+        ``task.payload_keys`` order). Default: the one broadcast model."""
+        return downloads[0]
+
+    def train(self, task: ClientTask, theta: Weights, client: VirtualClient) -> LocalUpdate:
+        """SGD_E(theta, D_i) with the task's seeds (batch order, dropout) and ``extra_loss``."""
+        model = self.model(task.arch)
+        set_weights(model, theta)
+        generator = torch.Generator().manual_seed(task.seed)
+        torch.manual_seed(task.seed)  # dropout and other in-model randomness
+        stats = local_train(model, client.x, client.y, self.config.training, generator, self.extra_loss(model, task))
+        return Trained(get_weights(model), stats)
+
+    def extra_loss(self, model: torch.nn.Module, task: ClientTask) -> Optional[ExtraLoss]:
+        """A term added to the local objective, built after ``model`` holds theta (none by default)."""
+        return None
+
+    def upload(self, task: ClientTask, theta: Weights, local: LocalUpdate, client: VirtualClient) -> Any:
+        """What the client sends back (its ``bytes_up`` are counted by the host). Default: theta_i."""
+        return local.weights
 
 
 class Strategy(ABC):
@@ -148,6 +175,7 @@ class Strategy(ABC):
     Subclasses set ``name``, ``Params`` and ``Client`` and override hooks. ``pools_data`` makes the
     loop give each architecture one client holding the pooled training data (central baseline).
     ``needs_aux`` makes the config demand unlabelled auxiliary data (``aux.size > 0``).
+    ``state_attrs`` names the attributes a checkpoint holds.
     """
 
     name: ClassVar[str]
@@ -155,15 +183,14 @@ class Strategy(ABC):
     Client: ClassVar[type[ClientAlgorithm]] = ClientAlgorithm
     pools_data: ClassVar[bool] = False
     needs_aux: ClassVar[bool] = False
+    state_attrs: ClassVar[tuple[str, ...]] = ("models",)
 
     def __init__(self, params: Params, ctx: ServerContext):
         self.params = params
         self.ctx = ctx
         self.config = ctx.config
-        self.models: dict[str, Weights] = {}
-        for arch in ctx.architectures:
-            torch.manual_seed(self.config.seed)
-            self.models[arch] = get_weights(ctx.build_model(arch))
+        self.models: dict[str, Weights] = {arch: initial_model(ctx.build_model, arch, self.config.seed)
+                                           for arch in ctx.architectures}
 
     # -- hooks -----------------------------------------------------------------------------------
     def sample_clients(self, round: int) -> list[ClientSpec]:
@@ -178,11 +205,9 @@ class Strategy(ABC):
         """Broadcast each sampled architecture's global model once; one task per sampled client."""
         clients = self.sample_clients(round)
         broadcast = {f"model/{c.arch}": self.models[c.arch] for c in clients}
-        tasks = [
-            ClientTask(c.client_id, round, c.arch, (f"model/{c.arch}",),
-                       task_seed(self.config.seed, round, c.client_id))
-            for c in clients
-        ]
+        tasks = [ClientTask(c.client_id, round, c.arch, (f"model/{c.arch}",),
+                            task_seed(self.config.seed, round, c.client_id))
+                 for c in clients]
         return RoundPlan(tasks=tasks, broadcast=broadcast)
 
     @abstractmethod
@@ -230,7 +255,8 @@ class Strategy(ABC):
 
     # -- checkpointing ---------------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:
-        return {"models": self.models}
+        return {name: getattr(self, name) for name in self.state_attrs}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        self.models = state["models"]
+        for name in self.state_attrs:
+            setattr(self, name, state[name])

@@ -2,7 +2,7 @@
 
     init: C = {{1..M}}, theta_c = theta_0, optional orthonormal P (section 6.4.2)
     every round, for every cluster c in C and every client i in c:            # configure_round
-        theta_i <- theta_c;  dtheta_i <- P (SGD(theta_i, D_i) - theta_i)          # CFLClient.run
+        theta_i <- theta_c;  dtheta_i <- P (SGD(theta_i, D_i) - theta_i)          # CFLClient.upload
     server, for every cluster c:                                               # aggregate
         dtheta_c <- 1/|c| sum_{i in c} dtheta_i   (|D_i|-weighted with weighted: true, as Alg. 10)
         theta_c  <- theta_c + P^-1 dtheta_c
@@ -21,7 +21,8 @@ stationary point (||dtheta_c|| < eps1), is split or finished, and its children (
 its theta*) go next, depth first.
 
 The clusters, their models and the split history live in a :class:`ParameterTree` (a
-``ParameterTreeActor`` under Ray). ``eps1``/``eps2`` left unset follow the thesis's advice
+``ParameterTreeActor`` under Ray). The strategy reads it once a round (``view``: the clusters and
+their models) and writes once (``apply``: the new models and the splits). ``eps1``/``eps2`` left unset follow the thesis's advice
 (section 6.5): eps1 = eps1_fraction * max_t ||dtheta_c^t||, the largest cluster update so far (in
 practice the root's first rounds; thesis: a tenth, "as small as runtime allows", so short runs need a
 larger fraction), and eps2 = eps2_factor * eps1 (thesis: 1 to 10).
@@ -29,17 +30,16 @@ larger fraction), and eps2 = eps2_factor * eps1 (thesis: 1 to 10).
 
 from __future__ import annotations
 
-import time
 from typing import Any, Callable, Literal, Optional
 
 import numpy as np
 from pydantic import Field
 
-from fedray.algorithms.base import ClientAlgorithm, Params, ServerContext, Strategy, VirtualClient, task_seed
+from fedray.algorithms.base import ClientAlgorithm, Params, ServerContext, Strategy, Trained, VirtualClient, task_seed
 from fedray.clustering import OrthonormalTransform, alpha_threshold, decide_split
 from fedray.messages import ClientTask, ClientUpdate, RoundPlan
-from fedray.parameter_tree import ParameterTree
-from fedray.weights import Weights, is_update, nbytes
+from fedray.parameter_tree import ParameterTree, Split, TreeView
+from fedray.weights import Weights, is_update
 
 
 class CFLParams(Params):
@@ -90,16 +90,13 @@ class CFLClient(ClientAlgorithm):
             self._transforms[dim] = OrthonormalTransform(self.params.privacy, dim, self.config.seed)
         return self._transforms[dim]
 
-    def update(self, task: ClientTask, theta: Weights, client: VirtualClient) -> tuple[np.ndarray, dict]:
-        trained, stats = self.train_local(task, theta, client)
-        delta = flatten_update(trained, theta)
-        return self.transform(delta.size).apply(delta).astype(np.float32), stats
+    def upload(self, task: ClientTask, theta: Weights, local: Trained, client: VirtualClient) -> np.ndarray:
+        delta = flatten_update(local.weights, theta)
+        return self.transform(delta.size).apply(delta).astype(np.float32)
 
-    def run(self, task: ClientTask, payloads: dict[str, Any], client: VirtualClient) -> ClientUpdate:
-        start = time.perf_counter()
-        hidden, stats = self.update(task, payloads[task.payload_keys[0]], client)
-        stats["time_s"] = time.perf_counter() - start
-        return ClientUpdate(client.client_id, task.arch, client.num_samples, hidden, nbytes(hidden), stats)
+    def update_at(self, task: ClientTask, theta: Weights, client: VirtualClient) -> np.ndarray:
+        """The client's transformed update at ``theta`` (a new client descending the tree, Alg. 13)."""
+        return self.upload(task, theta, self.train(task, theta, client), client)
 
 
 class CFL(Strategy):
@@ -119,6 +116,7 @@ class CFL(Strategy):
         self.threshold = alpha_threshold(params.gamma_max) if params.gamma_max is not None else params.alpha_thresh
         make_tree = ctx.tree_factory or ParameterTree
         self.tree = make_tree([c.client_id for c in ctx.clients], self.models[self.arch])
+        self.view: TreeView = self.tree.view()
         self.dim = sum(self.models[self.arch][k].size for k in float_names(self.models[self.arch]))
         self.transform = OrthonormalTransform(params.privacy, self.dim, self.config.seed)
         self.max_mean_norm = 0.0  # over all clusters and rounds so far, for the automatic eps1
@@ -127,25 +125,25 @@ class CFL(Strategy):
 
     # -- rounds ----------------------------------------------------------------------------------
     def training_clusters(self) -> list[int]:
-        leaves = [v for v in self.tree.leaves() if v not in self.finished]
+        leaves = [v for v in self.view.leaves() if v not in self.finished]
         if self.params.schedule == "recursive":
             return leaves[:1]  # depth first: children get higher ids than every earlier node
         return leaves
 
     def configure_round(self, round: int) -> RoundPlan:
-        clusters = self.tree.clusters()
-        models = self.tree.models()
+        self.view = self.tree.view()  # the round's one read of the tree
+        clusters = self.view.clusters()
         tasks, broadcast = [], {}
         for v in self.training_clusters():
             key = f"model/cluster{v}"
-            broadcast[key] = models[v]
-            tasks += [ClientTask(i, round, self.arch, (key,), task_seed(self.config.seed, round, i), {"cluster": v})
+            broadcast[key] = self.view.models[v]
+            tasks += [ClientTask(i, round, self.arch, (key,), task_seed(self.config.seed, round, i))
                       for i in clusters[v]]
         return RoundPlan(tasks=tasks, broadcast=broadcast)
 
     def aggregate(self, round: int, updates: list[ClientUpdate]) -> dict[str, float]:
         by_id = {u.client_id: u for u in updates}
-        clusters, models = self.tree.clusters(), self.tree.models()
+        clusters = self.view.clusters()
         metrics: dict[str, float] = {}
         new_models, splits = {}, []
         for v in self.training_clusters():
@@ -155,23 +153,17 @@ class CFL(Strategy):
             rows = np.stack([by_id[i].payload.astype(np.float64) for i in members])
             coef = np.array([by_id[i].num_samples if self.params.weighted else 1.0 for i in members])
             mean = (coef / coef.sum()) @ rows
-            new_models[v] = add_flat(models[v], self.transform.invert(mean))
+            new_models[v] = add_flat(self.view.models[v], self.transform.invert(mean))
             decision, eps1, eps2, may_split = self._decide(v, rows, mean, round, len(members))
-            tag = f"cfl/cluster{v}"
-            metrics.update({f"{tag}/mean_norm": decision.mean_norm, f"{tag}/max_norm": decision.max_norm})
-            if self.params.norm_criteria:
-                metrics.update({f"{tag}/eps1": eps1, f"{tag}/eps2": eps2})
-            if not np.isnan(decision.alpha_cross):
-                metrics.update({f"{tag}/alpha_cross": decision.alpha_cross, f"{tag}/gap": decision.gap})
+            metrics.update(self._cluster_metrics(v, decision, eps1, eps2))
             if decision.split:
-                splits.append((v, [members[j] for j in decision.c1], [members[j] for j in decision.c2],
-                               {i: by_id[i].payload for i in members}))
+                splits.append(Split(v, [members[j] for j in decision.c1], [members[j] for j in decision.c2],
+                                    {i: by_id[i].payload for i in members}))
             elif self.params.schedule == "recursive" and may_split and decision.mean_norm < eps1:
                 self.finished.append(v)  # Alg. 11's else-branch: this cluster keeps theta*
-        self.tree.set_models(new_models)
-        for v, c1, c2, cached in splits:
-            self.tree.split(v, c1, c2, cached, round, keep="larger" if self.params.byzantine else "both")
-            self.changed = True
+        keep = "larger" if self.params.byzantine else "both"
+        self.view = self.view.after(self.tree.apply(new_models, splits, round, keep), new_models)  # one write
+        self.changed = self.changed or bool(splits)
         losses = [u.metrics["loss"] for u in updates if not np.isnan(u.metrics.get("loss", np.nan))]
         if losses:
             metrics["train/loss"] = float(np.mean(losses))
@@ -190,20 +182,33 @@ class CFL(Strategy):
                                 self.params.bipartition, always_measure=size >= 2)
         return decision, eps1, eps2, may_split
 
+    def _cluster_metrics(self, v: int, decision, eps1: float, eps2: float) -> dict[str, float]:
+        tag = f"cfl/cluster{v}"
+        out = {f"{tag}/mean_norm": decision.mean_norm, f"{tag}/max_norm": decision.max_norm}
+        if self.params.norm_criteria:
+            out.update({f"{tag}/eps1": eps1, f"{tag}/eps2": eps2})
+        if not np.isnan(decision.alpha_cross):
+            out.update({f"{tag}/alpha_cross": decision.alpha_cross, f"{tag}/gap": decision.gap})
+        return out
+
     def _population_metrics(self) -> dict[str, float]:
         """Cluster count, splits so far, clients dropped (Byzantine mode), and how many adversaries
         still share a cluster with benign clients."""
         roles = {c.client_id: c.role for c in self.ctx.clients}
-        clusters = self.tree.clusters()
+        clusters = self.view.clusters()
         mixed = sum(1 for members in clusters.values() if any(roles[i] == "benign" for i in members)
                     for i in members if roles[i] != "benign")
         active = sum(len(members) for members in clusters.values())
-        return {"cfl/clusters": float(len(clusters)), "cfl/splits": float(self.tree.num_splits()),
+        return {"cfl/clusters": float(len(clusters)), "cfl/splits": float(self.view.num_splits()),
                 "cfl/dropped_clients": float(len(roles) - active), "cfl/adversaries_with_benign": float(mixed)}
 
     # -- evaluation, monitoring ------------------------------------------------------------------
     def models_to_evaluate(self) -> dict[str, Weights]:
-        return {f"cluster{v}": w for v, w in self.tree.models().items()}
+        return {f"cluster{v}": w for v, w in self.view.models.items()}
+
+    def leaf_model(self, leaf: int) -> Weights:
+        """An active cluster's model from the view; a dropped one's from the tree (a rare extra read)."""
+        return self.view.models[leaf] if leaf in self.view.models else self.tree.model(leaf)
 
     def evaluate(self, evaluate_model: Callable[[str, Weights, int], dict[str, float]]) -> dict[str, float]:
         """Each benign client scores its cluster's model on its group's test data; the mean over
@@ -211,11 +216,11 @@ class CFL(Strategy):
         benign = [c for c in self.ctx.clients if c.role == "benign"]
         cache: dict[tuple[int, int], dict[str, float]] = {}
         per_cluster: dict[int, list[dict[str, float]]] = {}
-        leaf_of = self.tree.leaf_of()  # one call: under Ray each tree query is a round trip
+        leaf_of = self.view.leaf_of()
         for c in benign:
             leaf = leaf_of[c.client_id]
             if (leaf, c.group) not in cache:
-                cache[leaf, c.group] = evaluate_model(self.arch, self.tree.model(leaf), c.group)
+                cache[leaf, c.group] = evaluate_model(self.arch, self.leaf_model(leaf), c.group)
             per_cluster.setdefault(leaf, []).append(cache[leaf, c.group])
         out = {f"eval/accuracy/cluster{v}": float(np.mean([r["accuracy"] for r in rs])) for v, rs in per_cluster.items()}
         scores = [r for rs in per_cluster.values() for r in rs]
@@ -225,19 +230,18 @@ class CFL(Strategy):
 
     def summary(self) -> dict[str, Any]:
         """The final clusters (id -> clients), the dropped ones, and where the tree lived."""
-        clusters = self.tree.clusters()
+        clusters = self.view.clusters()
         active = {i for members in clusters.values() for i in members}
         return {"clusters": {str(v): members for v, members in clusters.items()},
                 "dropped_clients": sorted(c.client_id for c in self.ctx.clients if c.client_id not in active),
                 "tree_host": getattr(self.tree, "host", "in-process")}
 
     def artifacts(self, round: int) -> dict[str, Any]:
-        """The tree as text and as a figure, whenever it changed."""
+        """The tree as text and as a figure, whenever it changed (drawn here from the view)."""
         if not self.changed:
             return {}
         self.changed = False
-        return {"cfl/tree": self.tree.describe(),
-                "cfl/tree_figure": self.tree.figure(f"parameter tree after round {round}")}
+        return {"cfl/tree": self.view.describe(), "cfl/tree_figure": self.view.figure(f"parameter tree after round {round}")}
 
     # -- checkpointing ---------------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:
@@ -247,6 +251,7 @@ class CFL(Strategy):
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.models = state["models"]
         self.tree.load_state_dict(state["tree"])
+        self.view = self.tree.view()
         self.max_mean_norm = float(state["max_mean_norm"])
         self.finished = list(state["finished"])
         self.changed = True

@@ -25,7 +25,8 @@ import numpy as np
 from pydantic import Field
 
 from fedray.algorithms.base import Params
-from fedray.algorithms.stc import STC, Compressor, STCClient, compress
+from fedray.algorithms.stc import STC, Compressor, STCClient
+from fedray.compression import compress_update
 from fedray.messages import ClientTask
 from fedray.weights import Weights, is_update
 
@@ -71,7 +72,7 @@ class DGCClient(STCClient):
         u = {k: m * state.get("u", {}).get(k, 0) + step[k] for k in names}                  # momentum correction
         v = {k: state.get("v", {}).get(k, 0) + u[k] for k in names}                          # accumulation
         density = warmup_density(self.params.p_up, task.round, self.params.warmup_rounds)
-        sent, payload = compress(v, "topk", density)
+        sent, payload = compress_update(v, "topk", density)
         keep = {k: (sent[k] == 0) for k in names}                                           # factor masking
         state["u"] = {k: u[k] * keep[k] for k in names}
         state["v"] = {k: v[k] * keep[k] for k in names}

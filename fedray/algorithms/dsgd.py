@@ -12,26 +12,32 @@ BatchNorm statistics are not gradients: they are averaged from the clients' forw
 
 from __future__ import annotations
 
-import time
-from typing import Any
+from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
 
-from fedray.algorithms.base import ClientAlgorithm, Params, Strategy, VirtualClient
-from fedray.algorithms.fedavg import group_by_arch, mean_client_loss
+from fedray.algorithms.base import ClientAlgorithm, Gradient, Params, Strategy, VirtualClient
+from fedray.algorithms.helpers import group_by_arch, mean_client_loss
 from fedray.messages import ClientTask, ClientUpdate
 from fedray.training import batch_indices
-from fedray.weights import nbytes, set_weights, weighted_mean
+from fedray.weights import Weights, set_weights, weighted_mean
+
+
+@dataclass(frozen=True)
+class GradientUpload:
+    grad: Weights
+    buffers: Weights  # BatchNorm statistics of the forward pass (empty for models without buffers)
 
 
 class DSGDClient(ClientAlgorithm):
-    """g_i = grad l(theta, D_b^i) on one mini-batch; uploads g_i (and the buffers)."""
+    """g_i = grad l(theta, D_b^i) on one mini-batch; uploads g_i and the buffers."""
 
-    def run(self, task: ClientTask, payloads: dict[str, Any], client: VirtualClient) -> ClientUpdate:
-        start = time.perf_counter()
+    update_kind = Gradient
+
+    def train(self, task: ClientTask, theta: Weights, client: VirtualClient) -> Gradient:
         model = self.model(task.arch)
-        set_weights(model, payloads[task.payload_keys[0]])
+        set_weights(model, theta)
         model.train()
         generator = torch.Generator().manual_seed(task.seed)
         torch.manual_seed(task.seed)
@@ -42,9 +48,10 @@ class DSGDClient(ClientAlgorithm):
         loss.backward()
         grads = {n: p.grad.detach().cpu().numpy().copy() for n, p in model.named_parameters()}
         buffers = {n: b.detach().cpu().numpy().copy() for n, b in model.named_buffers()}
-        payload = {"grad": grads, "buffers": buffers}
-        metrics = {"loss": float(loss.detach()), "time_s": time.perf_counter() - start}
-        return ClientUpdate(client.client_id, task.arch, client.num_samples, payload, nbytes(grads), metrics)
+        return Gradient(grads, buffers, {"loss": float(loss.detach()), "steps": 1.0})
+
+    def upload(self, task: ClientTask, theta: Weights, local: Gradient, client: VirtualClient) -> GradientUpload:
+        return GradientUpload(local.grad, local.buffers)
 
 
 class DSGD(Strategy):
@@ -56,11 +63,11 @@ class DSGD(Strategy):
         eta = self.config.training.lr
         for arch, group in group_by_arch(updates).items():
             ones = [1.0] * len(group)
-            g = weighted_mean([u.payload["grad"] for u in group], ones)  # 1/M sum_i g_i
+            g = weighted_mean([u.payload.grad for u in group], ones)  # 1/M sum_i g_i
             model = dict(self.models[arch])
             for name, grad in g.items():
                 model[name] = (model[name] - eta * grad).astype(model[name].dtype)  # theta - eta g
-            if group[0].payload["buffers"]:
-                model.update(weighted_mean([u.payload["buffers"] for u in group], ones))
+            if group[0].payload.buffers:
+                model.update(weighted_mean([u.payload.buffers for u in group], ones))
             self.models[arch] = model
         return mean_client_loss(updates)

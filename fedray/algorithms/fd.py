@@ -28,23 +28,22 @@ float32 probabilities. With several architectures each one's model distils from 
 
 from __future__ import annotations
 
-import time
 import zlib
-from dataclasses import replace
+from dataclasses import dataclass
 from typing import Any, Literal
 
 import numpy as np
 import torch
 from pydantic import Field, field_validator, model_validator
 
-from fedray.algorithms.base import ClientAlgorithm, Params, VirtualClient, task_seed
-from fedray.algorithms.fedavg import mean_client_loss
-from fedray.algorithms.feddf import DistillationStrategy
+from fedray.algorithms.base import ClientAlgorithm, Params, Trained, VirtualClient, task_seed
+from fedray.algorithms.helpers import mean_client_loss
 from fedray.distill import DistillParams, predict_logits
 from fedray.distill.soft_labels import (FULL_PRECISION, decode_soft_labels, dequantize, encode_soft_labels,
                                         entropy_bits, quantize)
-from fedray.messages import ClientFailure, ClientTask, ClientUpdate, RoundPlan
-from fedray.weights import set_weights
+from fedray.distill.strategy import DistillationStrategy
+from fedray.messages import ClientSpec, ClientTask, ClientUpdate, RoundPlan
+from fedray.weights import Weights, set_weights
 
 
 def _thesis_distill() -> DistillParams:
@@ -90,36 +89,22 @@ def as_probs(labels: np.ndarray, bits: int) -> np.ndarray:
     return labels if bits == FULL_PRECISION else dequantize(labels, bits)
 
 
-class FDClient(ClientAlgorithm):
-    """Local training from the round's distilled model, then quantised soft labels on X_pub."""
+@dataclass(frozen=True)
+class CodedLabels:
+    """Soft labels on X_pub as they travel: the coded stream of ``encode_soft_labels``."""
 
-    stateful = True  # the last upload and the last download, for delta coding
+    stream: bytes
 
-    def run(self, task: ClientTask, payloads: dict[str, Any], client: VirtualClient) -> ClientUpdate:
-        start = time.perf_counter()
-        p = self.params
-        if len(task.payload_keys) > 1:
-            self._receive(task, payloads[task.payload_keys[1]], client)
-        weights, stats = self.train_local(task, payloads[task.payload_keys[0]], client)
-        model = self.model(task.arch)
-        set_weights(model, weights)
-        probs = torch.softmax(predict_logits(model, self.aux_x), dim=1).cpu().numpy()
-        previous = client.state.get("last") if p.delta else None
-        labels = quantized(probs, p.b_up, task.seed)
-        payload = encode_soft_labels(labels, p.b_up, previous)
-        client.state["last"] = labels if p.b_up != FULL_PRECISION else None
-        stats["entropy_bits"] = entropy_bits(labels) if p.b_up != FULL_PRECISION else float("nan")
-        stats["time_s"] = time.perf_counter() - start
-        return ClientUpdate(client.client_id, task.arch, client.num_samples, payload, len(payload), stats)
 
-    def _receive(self, task: ClientTask, payload: bytes, client: VirtualClient) -> None:
-        """Decode the downloaded soft labels (delta-coded against this client's last download) and
-        check them against the server's CRC32: the stream a real client would distil from."""
-        labels = decode_soft_labels(payload, client.state.get("down") if delta_down(self.params) else None)
-        if labels_crc(labels) != task.options["labels_crc"]:
-            raise ClientFailure(client.client_id, task.round, "download", "soft labels differ from the server's")
-        if delta_down(self.params):
-            client.state["down"] = labels
+@dataclass(frozen=True)
+class LabelsCheck:
+    """Task option: the CRC32 of the soft labels the client must hold once its download is decoded."""
+
+    crc: int
+
+
+class LabelsOutOfSync(RuntimeError):
+    """The decoded soft labels differ from the server's."""
 
 
 def delta_down(p: FDParams) -> bool:
@@ -131,10 +116,39 @@ def labels_crc(labels: np.ndarray) -> int:
     return zlib.crc32(np.ascontiguousarray(labels).tobytes())
 
 
+class FDClient(ClientAlgorithm):
+    """Local training from the round's distilled model, then quantised soft labels on X_pub."""
+
+    stateful = True  # the last upload and the last download, for delta coding
+
+    def receive(self, task: ClientTask, downloads: tuple[Any, ...], client: VirtualClient) -> Weights:
+        """The round's start model; after round 1 also the coded soft labels it was distilled from, which
+        the client decodes (against its last download when delta-coded) and checks by CRC32."""
+        for coded in downloads[1:]:
+            labels = decode_soft_labels(coded.stream, client.state.get("down") if delta_down(self.params) else None)
+            if labels_crc(labels) != task.options.crc:
+                raise LabelsOutOfSync("soft labels differ from the server's")
+            if delta_down(self.params):
+                client.state["down"] = labels
+        return downloads[0]
+
+    def upload(self, task: ClientTask, theta: Weights, local: Trained, client: VirtualClient) -> CodedLabels:
+        """Y~_i = Q_{b_up}(softmax f(X_pub; theta_i)), delta-coded against the last upload if ``delta``."""
+        p = self.params
+        model = self.model(task.arch)
+        set_weights(model, local.weights)
+        probs = torch.softmax(predict_logits(model, self.aux_x), dim=1).cpu().numpy()
+        labels = quantized(probs, p.b_up, task.seed)
+        stream = encode_soft_labels(labels, p.b_up, client.state.get("last") if p.delta else None)
+        client.state["last"] = labels if p.b_up != FULL_PRECISION else None
+        return CodedLabels(stream)
+
+
 class FD(DistillationStrategy):
     name = "fd"
     Params = FDParams
     Client = FDClient
+    state_attrs = ("models", "start", "down", "sent", "last_up")
 
     def __init__(self, params: FDParams, ctx):
         super().__init__(params, ctx)
@@ -146,45 +160,52 @@ class FD(DistillationStrategy):
     def configure_round(self, round: int) -> RoundPlan:
         """Each client gets the distilled start model (free: every client computes the same one) and,
         after round 1, the coded soft labels it was distilled from, which are what is counted."""
-        plan = super().configure_round(round)
-        broadcast = {key: self.start[key.split("/", 1)[1]] for key in plan.broadcast}
-        sizes = {key: 0 for key in broadcast}
+        broadcast: dict[str, Any] = {}
+        sizes: dict[str, int] = {}
         tasks = []
-        for task in plan.tasks:
-            if task.arch in self.down:
-                key, payload = self._labels_for(task)
-                broadcast[key] = payload
-                task = replace(task, payload_keys=task.payload_keys + (key,),
-                               options={"labels_crc": labels_crc(self.down[task.arch])})
-            tasks.append(task)
-        self.round_down = float(sum(len(v) for k, v in broadcast.items() if k.startswith("labels/")))
+        for c in self.sample_clients(round):
+            keys, options = (f"model/{c.arch}",), None
+            broadcast[keys[0]], sizes[keys[0]] = self.start[c.arch], 0
+            if c.arch in self.down:
+                key = self._labels_for(c, broadcast)
+                keys, options = keys + (key,), LabelsCheck(labels_crc(self.down[c.arch]))
+            tasks.append(ClientTask(c.client_id, round, c.arch, keys, task_seed(self.config.seed, round, c.client_id),
+                                    options))
+        self.round_down = float(sum(len(v.stream) for v in broadcast.values() if isinstance(v, CodedLabels)))
         return RoundPlan(tasks, broadcast, sizes)
 
-    def _labels_for(self, task: ClientTask) -> tuple[str, bytes]:
-        labels = self.down[task.arch]
-        if not delta_down(self.params):  # the same stream for every client of the architecture
-            return f"labels/{task.arch}", encode_soft_labels(labels, self.params.b_down)
-        payload = encode_soft_labels(labels, self.params.b_down, self.sent.get(task.client_id))
-        self.sent[task.client_id] = labels
-        return f"labels/{task.client_id}", payload
+    def _labels_for(self, client: ClientSpec, broadcast: dict[str, Any]) -> str:
+        """Put the client's coded labels in the broadcast: one stream per architecture, or per client
+        when downloads are delta-coded against what that client downloaded last."""
+        labels = self.down[client.arch]
+        if not delta_down(self.params):
+            key = f"labels/{client.arch}"
+            if key not in broadcast:
+                broadcast[key] = CodedLabels(encode_soft_labels(labels, self.params.b_down))
+            return key
+        key = f"labels/{client.client_id}"
+        broadcast[key] = CodedLabels(encode_soft_labels(labels, self.params.b_down, self.sent.get(client.client_id)))
+        self.sent[client.client_id] = labels
+        return key
 
     def _decode(self, update: ClientUpdate) -> np.ndarray:
+        """A client's uploaded labels as sent (integer counts for b_up <= 16, else float32 probabilities)."""
         previous = self.last_up.get(update.client_id) if self.params.delta else None
-        labels = decode_soft_labels(update.payload, previous)
+        labels = decode_soft_labels(update.payload.stream, previous)
         if self.params.b_up != FULL_PRECISION:
             self.last_up[update.client_id] = labels
-        return as_probs(labels, self.params.b_up)
+        return labels
 
     def aggregate(self, round: int, updates: list[ClientUpdate]) -> dict[str, float]:
         p = self.params
-        mean = np.mean([self._decode(u) for u in sorted(updates, key=lambda u: u.client_id)], axis=0)
+        uploads = [self._decode(u) for u in sorted(updates, key=lambda u: u.client_id)]
+        mean = np.mean([as_probs(labels, p.b_up) for labels in uploads], axis=0)
         y = torch.from_numpy(mean.astype(np.float32))
         metrics = mean_client_loss(updates)
         metrics["comm/soft_label_bytes_up"] = float(sum(u.bytes_up for u in updates))
         metrics["comm/soft_label_bytes_down"] = self.round_down
-        entropies = [u.metrics["entropy_bits"] for u in updates if not np.isnan(u.metrics.get("entropy_bits", np.nan))]
-        if entropies:
-            metrics["distill/entropy_bits_up"] = float(np.mean(entropies))
+        if p.b_up != FULL_PRECISION:  # eq. 5.2's H of the quantised uploads, before delta coding
+            metrics["distill/entropy_bits_up"] = float(np.mean([entropy_bits(labels) for labels in uploads]))
         for index, arch in enumerate(self.ctx.architectures):
             if p.log_before:
                 metrics[f"distill/accuracy_before/{arch}"] = self.test_accuracy(arch, self.models[arch])
@@ -203,14 +224,6 @@ class FD(DistillationStrategy):
                 metrics[f"distill/loss/{arch}"] = stats["loss"]
             metrics[f"distill/accuracy_after/{arch}"] = self.test_accuracy(arch, self.models[arch])
         return metrics
-
-    def state_dict(self) -> dict[str, Any]:
-        return {"models": self.models, "start": self.start, "down": self.down, "sent": self.sent,
-                "last_up": self.last_up}
-
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        self.models, self.start, self.down = state["models"], state["start"], state["down"]
-        self.sent, self.last_up = state["sent"], state["last_up"]
 
 
 class CFD(FD):

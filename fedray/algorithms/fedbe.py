@@ -19,6 +19,7 @@ import numpy as np
 from pydantic import Field
 
 from fedray.algorithms.feddf import FedDF, FedDFParams
+from fedray.algorithms.helpers import sample_weights
 from fedray.distill.ensemble import EnsembleMode
 from fedray.messages import ClientUpdate
 from fedray.weights import Weights
@@ -40,9 +41,9 @@ class FedBE(FedDF):
         for arch, group in groups.items():
             mean = self.models[arch]  # the weighted average, set by aggregate before this call
             names = {name for name, _ in self.work_model(arch).named_parameters()}
-            w = np.array([u.num_samples if self.params.weighted else 1.0 for u in group])
+            w = np.array(sample_weights(group, self.params.weighted))
             w = w / w.sum()
-            std = {k: np.sqrt(sum(c * (u.payload["weights"][k].astype(np.float64) - mean[k]) ** 2
+            std = {k: np.sqrt(sum(c * (u.payload.weights[k].astype(np.float64) - mean[k]) ** 2
                                   for c, u in zip(w, group))) for k in names}
             if self.params.include_mean:
                 teachers.append((arch, mean))

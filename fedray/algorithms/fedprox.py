@@ -10,10 +10,13 @@ Only the client objective differs from FedAvg, so only that hook is overridden. 
 
 from __future__ import annotations
 
+from typing import Optional
+
 import torch
 from pydantic import Field
 
-from fedray.algorithms.fedavg import FedAvg, FedAvgClient, FedAvgParams
+from fedray.algorithms.base import ClientAlgorithm
+from fedray.algorithms.fedavg import FedAvg, FedAvgParams
 from fedray.messages import ClientTask
 from fedray.training import ExtraLoss
 
@@ -22,8 +25,8 @@ class FedProxParams(FedAvgParams):
     mu: float = Field(0.01, ge=0)
 
 
-class FedProxClient(FedAvgClient):
-    def extra_loss(self, model: torch.nn.Module, task: ClientTask) -> ExtraLoss | None:
+class FedProxClient(ClientAlgorithm):
+    def extra_loss(self, model: torch.nn.Module, task: ClientTask) -> Optional[ExtraLoss]:
         mu = self.params.mu
         if mu == 0:
             return None

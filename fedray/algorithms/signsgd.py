@@ -15,19 +15,19 @@ up; a CRC32 of the server model travels with each task and is checked.
 
 from __future__ import annotations
 
-import time
+from dataclasses import dataclass
 from typing import Any, Optional
 
 import numpy as np
-import torch
 from pydantic import Field
 
-from fedray.algorithms.base import ClientAlgorithm, Params, ServerContext, Strategy, VirtualClient, task_seed
-from fedray.algorithms.fedavg import group_by_arch, mean_client_loss
-from fedray.algorithms.stc import decode, forget_old, model_crc
-from fedray.compression import encode_tensor, majority_vote, sign
-from fedray.messages import ClientFailure, ClientTask, ClientUpdate, RoundPlan
-from fedray.weights import Weights, get_weights, is_update, nbytes
+from fedray.algorithms.base import ClientAlgorithm, Params, ServerContext, Strategy, Trained, VirtualClient, task_seed
+from fedray.algorithms.helpers import (CatchUpCache, ModelCheck, group_by_arch, initial_model, mean_client_loss,
+                                       model_crc)
+from fedray.compression import CodedUpdate, decode_update, encode_update, majority_vote, sign
+from fedray.config import Config
+from fedray.messages import ClientTask, ClientUpdate, RoundPlan
+from fedray.weights import Weights, is_update, nbytes
 
 Votes = dict[str, np.ndarray]
 
@@ -37,6 +37,18 @@ class SignSGDParams(Params):
     cache_rounds: int = Field(50, ge=0)
 
 
+@dataclass(frozen=True)
+class VoteTotal:
+    """Download: all of S, integer-coded; it replaces the client's sum (a ``CodedUpdate`` adds to it)."""
+
+    tensors: dict[str, bytes]
+
+
+def step_size(params: SignSGDParams, config: Config) -> float:
+    """delta: ``step``, or the local learning rate when it is not given."""
+    return params.step or config.training.lr
+
+
 def model_from_votes(initial: Weights, votes: Votes, step: float) -> Weights:
     """theta = theta^0 + delta * S for the floating tensors; other tensors stay as in theta^0."""
     delta = np.float32(step)
@@ -44,12 +56,8 @@ def model_from_votes(initial: Weights, votes: Votes, step: float) -> Weights:
             for k, v in initial.items()}
 
 
-def encode_ints(values: Votes) -> dict[str, bytes]:
-    return {name: encode_tensor("int", v) for name, v in values.items()}
-
-
 class SignSGDClient(ClientAlgorithm):
-    stateful = True  # the vote sum S_i and the round it is current for stay on the host
+    stateful = True  # the vote sum S_i stays on the host
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
@@ -58,69 +66,68 @@ class SignSGDClient(ClientAlgorithm):
     def initial(self, arch: str) -> Weights:
         """theta^0: the same seeded initial model the server built."""
         if arch not in self._initial:
-            torch.manual_seed(self.config.seed)
-            self._initial[arch] = get_weights(self._build_model(arch))
+            self._initial[arch] = initial_model(self.build_model, arch, self.config.seed)
         return self._initial[arch]
 
-    def run(self, task: ClientTask, payloads: dict[str, Any], client: VirtualClient) -> ClientUpdate:
-        start = time.perf_counter()
+    def receive(self, task: ClientTask, downloads: tuple[Any, ...], client: VirtualClient) -> Weights:
+        """S_i after the download (replaced by S, or plus the missed votes); theta = theta^0 + delta S_i."""
         initial = self.initial(task.arch)
         shapes = {k: v.shape for k, v in initial.items() if is_update(v)}
         votes = client.state.get("votes", {k: np.zeros(s, np.int64) for k, s in shapes.items()})
-        for key in task.payload_keys:
-            received = {k: v.astype(np.int64) for k, v in decode(payloads[key], shapes).items()}
-            votes = received if key.startswith("state/") else {k: votes[k] + received[k] for k in votes}
-        theta = model_from_votes(initial, votes, task.options["step"])
-        if model_crc(theta) != task.options["model_crc"]:
-            raise ClientFailure(task.client_id, task.round, "download", "model copy is out of sync with the server")
-        trained, stats = self.train_local(task, theta, client)
-        payload = {k: encode_tensor("sign", sign(trained[k] - theta[k])) for k in shapes}
-        client.state.update(votes=votes, synced=task.round - 1)
-        stats["time_s"] = time.perf_counter() - start
-        return ClientUpdate(client.client_id, task.arch, client.num_samples, payload, nbytes(payload), stats)
+        for coded in downloads:
+            received = {k: v.astype(np.int64) for k, v in decode_update(coded.tensors, shapes).items()}
+            votes = received if isinstance(coded, VoteTotal) else {k: votes[k] + received[k] for k in votes}
+        theta = model_from_votes(initial, votes, step_size(self.params, self.config))
+        task.options.verify(theta)
+        client.state["votes"] = votes
+        return theta
+
+    def upload(self, task: ClientTask, theta: Weights, local: Trained, client: VirtualClient) -> CodedUpdate:
+        """sign(SGD_n(theta) - theta), one bit per element."""
+        return CodedUpdate(encode_update("sign", {k: sign(local.weights[k] - theta[k])
+                                                  for k in theta if is_update(theta[k])}))
 
 
 class SignSGD(Strategy):
     name = "signsgd"
     Params = SignSGDParams
     Client = SignSGDClient
+    state_attrs = ("models", "votes", "cache")
 
     def __init__(self, params: SignSGDParams, ctx: ServerContext):
         super().__init__(params, ctx)
-        self.step = params.step or self.config.training.lr
+        self.step = step_size(params, self.config)
         self.initial = dict(self.models)
         self.votes = {arch: {k: np.zeros(v.shape, np.int64) for k, v in m.items() if is_update(v)}
                       for arch, m in self.models.items()}
-        self.cache: dict[str, dict[int, Votes]] = {arch: {} for arch in self.models}
-        self.synced: dict[int, int] = {}
+        self.cache = CatchUpCache(self.models, params.cache_rounds)
 
     def configure_round(self, round: int) -> RoundPlan:
         candidates: dict[str, Any] = {}  # encoded once per round; only what a task uses is broadcast
         tasks = []
         for c in self.sample_clients(round):
             keys = self._download(c.client_id, c.arch, round, candidates)
-            options = {"model_crc": model_crc(self.models[c.arch]), "step": self.step}
             tasks.append(ClientTask(c.client_id, round, c.arch, keys, task_seed(self.config.seed, round, c.client_id),
-                                    options))
+                                    ModelCheck(model_crc(self.models[c.arch]))))
         used = {key for task in tasks for key in task.payload_keys}
         return RoundPlan(tasks=tasks, broadcast={key: candidates[key] for key in used})
 
     def _download(self, client_id: int, arch: str, round: int, candidates: dict[str, Any]) -> tuple[str, ...]:
         """The partial vote sum since the client's last round (eq. 4.10), or all of S if smaller."""
-        last = self.synced.get(client_id, 0)
-        if last == round - 1:
+        missed = self.cache.missed(client_id, round)
+        if not missed:
             return ()
         full_key = f"state/{arch}"
         if full_key not in candidates:
-            candidates[full_key] = encode_ints(self.votes[arch])
-        missed = range(last + 1, round)
-        if all(r in self.cache[arch] for r in missed):
-            key = f"votes/{arch}/{last}"
+            candidates[full_key] = VoteTotal(encode_update("int", self.votes[arch]))
+        votes = self.cache.cached(arch, missed)
+        if votes is not None:
+            key = f"votes/{arch}/{missed.start - 1}"
             if key not in candidates:
-                total = {k: sum(self.cache[arch][r][k] for r in missed) for k in self.votes[arch]}
+                total = {k: sum(v[k] for v in votes) for k in self.votes[arch]}
                 # one missed vote is +-1: the plain 1-bit broadcast; more are integers in [-s, s]
-                candidates[key] = ({k: encode_tensor("sign", v.astype(np.float32)) for k, v in total.items()}
-                                   if len(missed) == 1 else encode_ints(total))
+                candidates[key] = CodedUpdate(encode_update("sign", {k: v.astype(np.float32) for k, v in total.items()})
+                                              if len(missed) == 1 else encode_update("int", total))
             if nbytes(candidates[key]) < nbytes(candidates[full_key]):
                 return (key,)
         return (full_key,)
@@ -128,19 +135,10 @@ class SignSGD(Strategy):
     def aggregate(self, round: int, updates: list[ClientUpdate]) -> dict[str, float]:
         for arch, group in group_by_arch(updates).items():
             shapes = {k: v.shape for k, v in self.votes[arch].items()}
-            signs = [decode(u.payload, shapes) for u in group]
+            signs = [decode_update(u.payload.tensors, shapes) for u in group]
             vote = {k: majority_vote([s[k] for s in signs]).astype(np.int64) for k in shapes}
             self.votes[arch] = {k: self.votes[arch][k] + vote[k] for k in shapes}
             self.models[arch] = model_from_votes(self.initial[arch], self.votes[arch], self.step)
-            self.cache[arch][round] = vote
-            forget_old(self.cache[arch], round, self.params.cache_rounds)
-        for u in updates:
-            self.synced[u.client_id] = round - 1
+            self.cache.add(arch, round, vote)
+        self.cache.trained([u.client_id for u in updates], round)
         return mean_client_loss(updates)
-
-    def state_dict(self) -> dict[str, Any]:
-        return {"models": self.models, "votes": self.votes, "cache": self.cache, "synced": self.synced}
-
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        self.models, self.votes = state["models"], state["votes"]
-        self.cache, self.synced = state["cache"], state["synced"]

@@ -2,11 +2,11 @@
 
     init: theta_i = theta; R_i = 0; R = 0
     client i in I_t:
-        dtheta = golomb_decode(download); theta_i += dtheta                    # _sync
-        dtheta_i <- R_i + SGD_n(theta_i, D_i, b) - theta_i                     # eq. 4.4 with residual
-        dtheta~_i <- compress(dtheta_i, p_up); R_i <- dtheta_i - dtheta~_i     # eq. 4.5 (3.8)
+        dtheta = golomb_decode(download); theta_i += dtheta                    # STCClient.receive
+        dtheta_i <- R_i + SGD_n(theta_i, D_i, b) - theta_i                     # train; eq. 4.4 with residual
+        dtheta~_i <- compress(dtheta_i, p_up); R_i <- dtheta_i - dtheta~_i     # upload; eq. 4.5 (3.8)
         upload golomb_encode(dtheta~_i)
-    server:
+    server:                                                                    # aggregate
         dtheta <- R + mean_i dtheta~_i                                         # eq. 4.6
         dtheta~ <- compress(dtheta, p_down); R <- dtheta - dtheta~             # eqs. 4.7, 4.8
         theta <- theta + dtheta~; broadcast golomb_encode(dtheta~) to all clients
@@ -25,19 +25,17 @@ Integer buffers (BatchNorm's batch counter) are not updates and are not sent.
 
 from __future__ import annotations
 
-import time
-import zlib
 from typing import Any, Literal
 
 import numpy as np
-import torch
 from pydantic import Field
 
-from fedray.algorithms.base import ClientAlgorithm, Params, ServerContext, Strategy, VirtualClient, task_seed
-from fedray.algorithms.fedavg import group_by_arch, mean_client_loss
-from fedray.compression import COMPRESSORS, decode_tensor, encode_tensor, identity
-from fedray.messages import ClientFailure, ClientTask, ClientUpdate, RoundPlan
-from fedray.weights import Weights, get_weights, is_update, nbytes, weighted_mean
+from fedray.algorithms.base import ClientAlgorithm, Params, ServerContext, Strategy, Trained, VirtualClient, task_seed
+from fedray.algorithms.helpers import (CatchUpCache, ModelCheck, group_by_arch, initial_model, mean_client_loss,
+                                       model_crc, sample_weights)
+from fedray.compression import CodedUpdate, compress_update, decode_update
+from fedray.messages import ClientTask, ClientUpdate, RoundPlan
+from fedray.weights import Weights, is_update, nbytes, weighted_mean
 
 Compressor = Literal["stc", "sbc", "topk", "none"]
 
@@ -53,139 +51,86 @@ class STCParams(Params):
     cache_rounds: int = Field(50, ge=0)
 
 
-def compress(update: Weights, kind: str, p: float) -> tuple[Weights, dict[str, bytes]]:
-    """Per-tensor compression (each tensor its own k and mu) and the encoded payload."""
-    if kind == "none":  # no loss: dense float32, or positions and float32 values if that is smaller
-        compressed = {name: identity(x) for name, x in update.items()}
-        return compressed, {name: min(encode_tensor("dense", x), encode_tensor("topk", x), key=len)
-                            for name, x in compressed.items()}
-    compressed = {name: COMPRESSORS[kind](x, p) for name, x in update.items()}
-    return compressed, {name: encode_tensor(kind, x) for name, x in compressed.items()}
-
-
-def decode(payload: dict[str, bytes], shapes: dict[str, tuple[int, ...]]) -> Weights:
-    return {name: decode_tensor(data, shapes[name], name) for name, data in payload.items()}
-
-
-def forget_old(cache: dict[int, Any], round: int, keep: int) -> None:
-    """Drop cached downstream updates older than the last ``keep`` rounds."""
-    for stale in [r for r in cache if r <= round - keep]:
-        del cache[stale]
-
-
-def model_crc(weights: Weights) -> int:
-    """CRC32 of a model's floating tensors, to check that a client's copy matches the server's."""
-    crc = 0
-    for name in sorted(weights):
-        if is_update(weights[name]):
-            crc = zlib.crc32(np.ascontiguousarray(weights[name]).tobytes(), crc)
-    return crc
+def float_shapes(weights: Weights) -> dict[str, tuple[int, ...]]:
+    """Shapes of the tensors that are updated and sent (the floating ones)."""
+    return {k: v.shape for k, v in weights.items() if is_update(v)}
 
 
 class STCClient(ClientAlgorithm):
-    stateful = True  # R_i, the client's copy theta_i and its last synced round stay on its host
+    stateful = True  # R_i and the client's copy theta_i stay on its host
 
-    def _sync(self, task: ClientTask, payloads: dict[str, Any], state: dict[str, Any]) -> Weights:
+    def receive(self, task: ClientTask, downloads: tuple[Any, ...], client: VirtualClient) -> Weights:
         """theta_i after applying the download: the full model, or the missed updates in order."""
-        keys = task.payload_keys
-        if keys and keys[0].startswith("model/"):
-            theta = {k: np.array(v, copy=True) for k, v in payloads[keys[0]].items()}
-        else:
-            theta = state["theta"] if "theta" in state else self._initial(task.arch)
-            shapes = {k: v.shape for k, v in theta.items()}
-            for key in keys:  # "delta/<arch>/<round>", oldest first
-                for name, delta in decode(payloads[key], shapes).items():
+        if downloads and not isinstance(downloads[0], CodedUpdate):  # the whole model
+            theta = {k: np.array(v, copy=True) for k, v in downloads[0].items()}
+        else:  # Alg. 7's init theta_i = theta, then every missed dtheta~, oldest first
+            theta = client.state.get("theta") or initial_model(self.build_model, task.arch, self.config.seed)
+            shapes = float_shapes(theta)
+            for coded in downloads:
+                for name, delta in decode_update(coded.tensors, shapes).items():
                     theta[name] = theta[name] + delta
-        if model_crc(theta) != task.options["model_crc"]:
-            raise ClientFailure(task.client_id, task.round, "download", "model copy is out of sync with the server")
+        task.options.verify(theta)
         return theta
 
-    def _initial(self, arch: str) -> Weights:
-        """Alg. 7's init theta_i = theta: the same seeded initial model the server built."""
-        torch.manual_seed(self.config.seed)
-        return get_weights(self._build_model(arch))
+    def upload(self, task: ClientTask, theta: Weights, local: Trained, client: VirtualClient) -> CodedUpdate:
+        coded = self.encode_update(task, theta, local.weights, client.state)
+        client.state["theta"] = theta
+        return CodedUpdate(coded)
 
     def encode_update(self, task: ClientTask, theta: Weights, trained: Weights,
                       state: dict[str, Any]) -> dict[str, bytes]:
         """dtheta_i <- R_i + (SGD_n(theta_i) - theta_i), compressed; R_i keeps the error (eq. 3.8)."""
         residual = state.get("residual", {})
         update = {k: residual.get(k, 0) + (trained[k] - theta[k]) for k in theta if is_update(theta[k])}
-        compressed, payload = compress(update, self.params.up, self.params.p_up)
+        compressed, payload = compress_update(update, self.params.up, self.params.p_up)
         if self.params.client_residuals:
             state["residual"] = {k: update[k] - compressed[k] for k in update}
         return payload
-
-    def run(self, task: ClientTask, payloads: dict[str, Any], client: VirtualClient) -> ClientUpdate:
-        start = time.perf_counter()
-        theta = self._sync(task, payloads, client.state)
-        trained, stats = self.train_local(task, theta, client)  # SGD_n(theta_i, D_i, b)
-        payload = self.encode_update(task, theta, trained, client.state)
-        client.state["theta"], client.state["synced"] = theta, task.round - 1
-        stats["time_s"] = time.perf_counter() - start
-        return ClientUpdate(client.client_id, task.arch, client.num_samples, payload, nbytes(payload), stats)
 
 
 class STC(Strategy):
     name = "stc"
     Params = STCParams
     Client = STCClient
+    state_attrs = ("models", "residual", "cache")
 
     def __init__(self, params: STCParams, ctx: ServerContext):
         super().__init__(params, ctx)
         self.residual: dict[str, Weights] = {}
-        self.cache: dict[str, dict[int, dict[str, bytes]]] = {arch: {} for arch in self.models}
-        self.synced: dict[int, int] = {}  # client id -> round whose model it holds (default 0: theta^0)
+        self.cache = CatchUpCache(self.models, params.cache_rounds)
 
     def configure_round(self, round: int) -> RoundPlan:
-        clients = self.sample_clients(round)
         broadcast: dict[str, Any] = {}
         tasks = []
-        for c in clients:
-            keys = self._download_keys(c.client_id, c.arch, round)
-            for key in keys:
-                broadcast[key] = self._payload(key)
-            options = {"model_crc": model_crc(self.models[c.arch])}
-            tasks.append(ClientTask(c.client_id, round, c.arch, keys, task_seed(self.config.seed, round, c.client_id),
-                                    options))
+        crc = {arch: model_crc(model) for arch, model in self.models.items()}
+        for c in self.sample_clients(round):
+            downloads = self._downloads(c.client_id, c.arch, round)
+            broadcast.update(downloads)
+            tasks.append(ClientTask(c.client_id, round, c.arch, tuple(downloads),
+                                    task_seed(self.config.seed, round, c.client_id), ModelCheck(crc[c.arch])))
         return RoundPlan(tasks=tasks, broadcast=broadcast)
 
-    def _download_keys(self, client_id: int, arch: str, round: int) -> tuple[str, ...]:
+    def _downloads(self, client_id: int, arch: str, round: int) -> dict[str, Any]:
         """The missed updates (partial sum P^(s)) if cached and cheaper than the model, else the model."""
-        missed = range(self.synced.get(client_id, 0) + 1, round)  # every client starts with theta^0
-        full = f"model/{arch}"
-        if any(r not in self.cache[arch] for r in missed):
-            return (full,)
-        if sum(nbytes(self.cache[arch][r]) for r in missed) >= nbytes(self.models[arch]):
-            return (full,)
-        return tuple(f"delta/{arch}/{r}" for r in missed)
-
-    def _payload(self, key: str):
-        kind, arch, *rest = key.split("/")
-        return self.models[arch] if kind == "model" else self.cache[arch][int(rest[0])]
+        missed = self.cache.missed(client_id, round)  # every client starts with theta^0
+        deltas = self.cache.cached(arch, missed)
+        if deltas is None or sum(nbytes(d) for d in deltas) >= nbytes(self.models[arch]):
+            return {f"model/{arch}": self.models[arch]}
+        return {f"delta/{arch}/{r}": d for r, d in zip(missed, deltas)}
 
     def aggregate(self, round: int, updates: list[ClientUpdate]) -> dict[str, float]:
         for arch, group in group_by_arch(updates).items():
             theta = self.models[arch]
-            shapes = {k: v.shape for k, v in theta.items() if is_update(v)}
-            decoded = [decode(u.payload, shapes) for u in group]
-            coefficients = [u.num_samples if self.params.weighted else 1.0 for u in group]
-            mean = weighted_mean(decoded, coefficients)
+            shapes = float_shapes(theta)
+            decoded = [decode_update(u.payload.tensors, shapes) for u in group]
+            mean = weighted_mean(decoded, sample_weights(group, self.params.weighted))
             residual = self.residual.get(arch, {})
             delta = {k: residual.get(k, 0) + mean[k] for k in mean}  # eq. 4.6
-            compressed, payload = compress(delta, self.params.down, self.params.p_down)
+            compressed, payload = compress_update(delta, self.params.down, self.params.p_down)
             if self.params.server_residual:
                 self.residual[arch] = {k: delta[k] - compressed[k] for k in delta}  # eq. 4.8
             self.models[arch] = {k: (v + compressed[k]).astype(v.dtype) if k in compressed else v
                                  for k, v in theta.items()}
-            self.cache[arch][round] = payload
-            forget_old(self.cache[arch], round, self.params.cache_rounds)
-        for u in updates:
-            self.synced[u.client_id] = round - 1
+            self.cache.add(arch, round, CodedUpdate(payload))
+        self.cache.trained([u.client_id for u in updates], round)
         return mean_client_loss(updates)
-
-    def state_dict(self) -> dict[str, Any]:
-        return {"models": self.models, "residual": self.residual, "cache": self.cache, "synced": self.synced}
-
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        self.models, self.residual = state["models"], state["residual"]
-        self.cache, self.synced = state["cache"], state["synced"]

@@ -10,6 +10,8 @@ from fedray.compression.golomb import (
     optimal_b,
 )
 from fedray.compression.sparse import COMPRESSORS, identity, majority_vote, num_kept, sbc, sign, stc, top_k
+from fedray.compression.updates import CodedUpdate, compress_update, decode_update, encode_update
 
-__all__ = ["COMPRESSORS", "CorruptPayload", "decode_tensor", "encode_tensor", "golomb_decode", "golomb_encode",
-           "identity", "majority_vote", "mean_position_bits", "num_kept", "optimal_b", "sbc", "sign", "stc", "top_k"]
+__all__ = ["COMPRESSORS", "CodedUpdate", "CorruptPayload", "compress_update", "decode_tensor", "decode_update", "encode_tensor",
+           "encode_update", "golomb_decode", "golomb_encode", "identity", "majority_vote", "mean_position_bits",
+           "num_kept", "optimal_b", "sbc", "sign", "stc", "top_k"]

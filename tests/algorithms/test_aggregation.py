@@ -3,7 +3,8 @@
 import numpy as np
 import torch
 
-from fedray.algorithms import ServerContext, get_algorithm
+from tests.support import make_strategy
+from fedray.algorithms.dsgd import GradientUpload
 from fedray.algorithms.fedprox import FedProxClient, FedProxParams
 from fedray.config import build_config
 from fedray.messages import ClientSpec, ClientUpdate
@@ -21,7 +22,7 @@ def strategy(name, **params):
     config = build_config({"federation": {"num_clients": 3, "clients_per_round": 3, "architectures": {"mlp": 3}},
                            "algorithm": {"name": name, **params}, "training": {"lr": 0.5}})
     specs = [ClientSpec(i, "mlp", np.arange(n)) for i, n in enumerate([1, 1, 2])]
-    return get_algorithm(name)(config.algorithm_params(), ServerContext(config, specs, lambda arch: Tiny()))
+    return make_strategy(config, specs, lambda arch: Tiny())
 
 
 def update(cid, n, w, count=0):
@@ -51,7 +52,7 @@ def test_fedavg_weighted_by_samples():
 def test_dsgd_steps_against_mean_gradient():
     s = strategy("dsgd")
     s.models["mlp"] = {"w": np.array([1.0, 1.0], np.float32), "count": np.array(0)}
-    grads = [{"grad": {"w": np.array(g, np.float32)}, "buffers": {"count": np.array(c)}}
+    grads = [GradientUpload({"w": np.array(g, np.float32)}, {"count": np.array(c)})
              for g, c in [([2, 0], 2), ([0, 2], 2), ([1, 1], 2)]]
     s.aggregate(1, [ClientUpdate(i, "mlp", 1, g, 8, {"loss": 0.0}) for i, g in enumerate(grads)])
     np.testing.assert_allclose(s.models["mlp"]["w"], [0.5, 0.5])  # 1 - 0.5 * mean([2,0],[0,2],[1,1])
@@ -85,7 +86,7 @@ def test_fedprox_proximal_term_and_gradient():
 def test_one_broadcast_entry_per_architecture():
     config = build_config({"federation": {"num_clients": 6, "clients_per_round": 4, "architectures": {"mlp": 3, "logreg": 3}}})
     specs = [ClientSpec(i, "mlp" if i < 3 else "logreg", np.arange(5)) for i in range(6)]
-    s = get_algorithm("fedavg")(config.algorithm_params(), ServerContext(config, specs, lambda arch: Tiny()))
+    s = make_strategy(config, specs, lambda arch: Tiny())
     for rnd in range(1, 6):
         plan = s.configure_round(rnd)
         archs = {t.arch for t in plan.tasks}

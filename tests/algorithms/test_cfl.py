@@ -10,12 +10,14 @@ import numpy as np
 import pytest
 import torch
 
-from fedray.algorithms import ServerContext, get_algorithm
+from fedray.algorithms import ServerContext
 from fedray.algorithms.base import VirtualClient
-from fedray.clients import model_builder
+from fedray.clients import model_builder, run_task
 from fedray.config import build_config
+from fedray.experiment import resolve
 from fedray.data.datasets import load_dataset
 from fedray.messages import ClientSpec, ClientUpdate
+from tests.support import make_strategy
 
 SWAP = torch.tensor([1, 0, 3, 2, 5, 4, 7, 6, 9, 8])
 
@@ -31,7 +33,7 @@ def server(n, roles=None, **params):
                            "algorithm": {"name": "cfl", **params}})
     roles = roles or ["benign"] * n
     specs = [ClientSpec(i, "mlp", np.arange(3), role=roles[i]) for i in range(n)]
-    return get_algorithm("cfl")(config.algorithm_params(), ServerContext(config, specs, lambda arch: Line()))
+    return make_strategy(config, specs, lambda arch: Line())
 
 
 def upload(cid, values):
@@ -54,7 +56,8 @@ def test_server_step_by_hand_splits_two_opposed_groups():
         np.testing.assert_allclose(s.tree.model(v)["w"], [0, 0.025, 0.025], atol=1e-7)
     np.testing.assert_array_equal(s.tree.nodes[2].edge_updates, np.float32([[-1, 0, 0], [-1, 0, 0.1]]))
     plan = s.configure_round(2)
-    assert {t.client_id: t.options["cluster"] for t in plan.tasks} == {0: 1, 1: 1, 2: 2, 3: 2}
+    assert {t.client_id: t.payload_keys for t in plan.tasks} == {0: ("model/cluster1",), 1: ("model/cluster1",),
+                                                                  2: ("model/cluster2",), 3: ("model/cluster2",)}
 
 
 def test_no_split_while_the_norm_criteria_fail():
@@ -107,7 +110,7 @@ def test_cfl_rejects_partial_participation_and_mixed_architectures(federation, m
     archs = [a for a, n in federation["architectures"].items() for _ in range(n)]
     specs = [ClientSpec(i, archs[i], np.arange(3)) for i in range(4)]
     with pytest.raises(ValueError, match=message):
-        get_algorithm("cfl")(config.algorithm_params(), ServerContext(config, specs, lambda arch: Line()))
+        make_strategy(config, specs, lambda arch: Line())
 
 
 # -- Fig. 6.7 on real data --------------------------------------------------------------------------
@@ -126,9 +129,9 @@ def two_clients(data, congruent, n=100, **params):
                            "algorithm": {"name": "cfl", **params}})
     build = model_builder(config, data.input_shape, data.num_classes)
     specs = [ClientSpec(i, "mlp", np.arange(n)) for i in range(2)]
-    cls = get_algorithm("cfl")
-    strategy = cls(config.algorithm_params(), ServerContext(config, specs, build))
-    client = cls.Client(config.algorithm_params(), config, build, torch.device("cpu"))
+    method = resolve(config)
+    strategy = method.make_strategy(ServerContext(config, specs, build))
+    client = method.make_client(config, build, torch.device("cpu"))
     return strategy, client, {i: VirtualClient(specs[i], *sets[i]) for i in range(2)}
 
 
@@ -136,7 +139,9 @@ def run(strategy, client, clients, rounds):
     history = []
     for r in range(1, rounds + 1):
         plan = strategy.configure_round(r)
-        history.append(strategy.aggregate(r, [client.run(t, plan.broadcast, clients[t.client_id]) for t in plan.tasks]))
+        updates = [run_task(client, t, tuple(plan.broadcast[k] for k in t.payload_keys), clients[t.client_id])
+                   for t in plan.tasks]
+        history.append(strategy.aggregate(r, updates))
         if history[-1]["cfl/clusters"] > 1:
             break
     return history
@@ -169,7 +174,7 @@ def test_fig67_label_swapped_clients_are_split_and_new_clients_find_their_leaf(f
     for labels, leaf in ((y, 1), (SWAP[y], 2)):
         new = VirtualClient(ClientSpec(7, "mlp", np.arange(100)), x, labels)
         task = strategy.configure_round(len(history) + 1).tasks[0]
-        assert strategy.tree.assign(lambda theta: client.update(task, theta, new)[0]) == leaf
+        assert strategy.tree.assign(lambda theta: client.update_at(task, theta, new)) == leaf
 
 
 @pytest.mark.parametrize("privacy", ["permutation", "orthonormal"])

@@ -6,7 +6,9 @@ import torch
 
 import fedray.federation as federation_module
 from fedray.clients import LocalExecutor
+from fedray.algorithms.feddf import WeightsAndLogits
 from fedray.config import ConfigError, build_config
+from fedray.experiment import resolve
 from fedray.data.auxiliary import carve_aux
 from fedray.data.datasets import load_dataset
 from fedray.distill.soft_labels import decode_soft_labels
@@ -24,7 +26,9 @@ def config(algorithm, rounds=2, **extra):
             "runtime": {"backend": "local", "torch_threads": 1}}
     for section, values in extra.items():
         tree.setdefault(section, {}).update(values) if isinstance(values, dict) else tree.__setitem__(section, values)
-    return build_config(tree)
+    cfg = build_config(tree)
+    resolve(cfg)  # the method's parameters and the data-set names are checked here
+    return cfg
 
 
 def run(cfg, run_dir, rounds=None):
@@ -117,7 +121,9 @@ def test_fedbe_samples_a_diagonal_gaussian_around_the_weighted_mean(tmp_path):
     base = fed.strategy.models["logreg"]
     a = {k: v + 1.0 for k, v in base.items()}
     b = {k: v - 1.0 for k, v in base.items()}  # with |D| 1 and 3: mean base - 0.5, std sqrt(3)/2
-    updates = [ClientUpdate(0, "logreg", 1, {"weights": a}, 0), ClientUpdate(1, "logreg", 3, {"weights": b}, 0)]
+    no_logits = np.zeros((0, 10), np.float32)
+    updates = [ClientUpdate(0, "logreg", 1, WeightsAndLogits(a, no_logits), 0),
+               ClientUpdate(1, "logreg", 3, WeightsAndLogits(b, no_logits), 0)]
     fed.strategy.models["logreg"] = {k: v - 0.5 for k, v in base.items()}
     teachers = fed.strategy.extra_teachers(1, {"logreg": updates})
     assert len(teachers) == 401 and teachers[0][1] is fed.strategy.models["logreg"]
@@ -167,7 +173,8 @@ def test_fd_delta_coding_decodes_to_the_clients_labels(tmp_path):
         states = fed.executor.client_states()
         for u in updates:  # the server's decoded copy is exactly the client's quantised labels
             np.testing.assert_array_equal(fed.strategy.last_up[u.client_id], states[u.client_id]["last"])
-            np.testing.assert_array_equal(decode_soft_labels(u.payload, previous[u.client_id]), states[u.client_id]["last"])
+            np.testing.assert_array_equal(decode_soft_labels(u.payload.stream, previous[u.client_id]),
+                                          states[u.client_id]["last"])
 
 
 def test_cfd_resumes_exactly(tmp_path):
@@ -199,5 +206,5 @@ def test_cfd_delta_downloads_are_per_client_smaller_and_checked(tmp_path):
     fed.strategy.sent[cid] = np.roll(fed.strategy.sent[cid], 1, axis=1)
     plan = fed.strategy.configure_round(fed.round + 1)
     task = next(t for t in plan.tasks if t.client_id == cid)
-    with pytest.raises(ClientFailure, match=f"^client {cid} failed in round 7 during download: soft labels differ"):
+    with pytest.raises(ClientFailure, match=f"^client {cid} failed in round 7 during download: LabelsOutOfSync: soft labels differ"):
         fed.executor.host.run(task, *(plan.broadcast[k] for k in task.payload_keys))

@@ -3,9 +3,10 @@
 import numpy as np
 import torch
 
-from fedray.algorithms import ServerContext, get_algorithm
+from tests.support import make_strategy
 from fedray.clients import LocalExecutor
-from fedray.compression import decode_tensor, encode_tensor, golomb
+from fedray.algorithms.signsgd import VoteTotal
+from fedray.compression import CodedUpdate, decode_tensor, encode_tensor, golomb
 from fedray.config import build_config
 from fedray.federation import Federation
 from fedray.messages import ClientSpec, ClientUpdate
@@ -21,10 +22,10 @@ def test_majority_vote_step_by_hand():
     config = build_config({"federation": {"num_clients": 3, "clients_per_round": 3, "architectures": {"mlp": 3}},
                            "algorithm": {"name": "signsgd", "step": 0.5}})
     specs = [ClientSpec(i, "mlp", np.arange(2)) for i in range(3)]
-    s = get_algorithm("signsgd")(config.algorithm_params(), ServerContext(config, specs, lambda arch: Line()))
+    s = make_strategy(config, specs, lambda arch: Line())
     def up(cid, signs):
-        payload = {"w": encode_tensor("sign", np.array(signs, np.float32))}
-        return ClientUpdate(cid, "mlp", 2, payload, len(payload["w"]), {"loss": 0.0})
+        payload = CodedUpdate({"w": encode_tensor("sign", np.array(signs, np.float32))})
+        return ClientUpdate(cid, "mlp", 2, payload, len(payload.tensors["w"]), {"loss": 0.0})
     s.aggregate(1, [up(0, [1, 1, -1, -1]), up(1, [1, -1, -1, 1]), up(2, [-1, -1, -1, 1])])
     np.testing.assert_array_equal(s.votes["mlp"]["w"], [1, -1, -1, 1])
     np.testing.assert_array_equal(s.models["mlp"]["w"], [0.5, -0.5, -0.5, 0.5])  # theta^0 = 0, delta = 0.5
@@ -33,11 +34,12 @@ def test_majority_vote_step_by_hand():
     # client 0 holds theta^1 and missed round 2's vote: values in [-1, 1], cheaper than S in [-2, 2]
     keys = s._download(0, "mlp", 3, candidates := {})
     assert keys == ("votes/mlp/1",)
-    np.testing.assert_array_equal(decode_tensor(candidates[keys[0]]["w"], (4,)), [1, 1, 1, -1])
-    s.synced.pop(0)  # a client holding theta^0: the partial sum is S itself, sent as S
+    assert isinstance(candidates[keys[0]], CodedUpdate)  # added to the client's sum
+    np.testing.assert_array_equal(decode_tensor(candidates[keys[0]].tensors["w"], (4,)), [1, 1, 1, -1])
+    s.cache.synced.pop(0)  # a client holding theta^0: the partial sum is S itself, sent as S
     keys = s._download(0, "mlp", 3, candidates := {})
-    assert keys == ("state/mlp",)
-    np.testing.assert_array_equal(decode_tensor(candidates[keys[0]]["w"], (4,)), [2, 0, 0, 0])
+    assert keys == ("state/mlp",) and isinstance(candidates[keys[0]], VoteTotal)  # replaces the client's sum
+    np.testing.assert_array_equal(decode_tensor(candidates[keys[0]].tensors["w"], (4,)), [2, 0, 0, 0])
 
 
 def digits(rounds):
@@ -55,14 +57,17 @@ def test_learns_and_downloads_cost_log2_2s_plus_1_bits(tmp_path):
     assert results[-1].metrics["eval/accuracy"] > 0.90  # measured 0.95; chance 0.10
     plan = fed.strategy.configure_round(61)
     numel = sum(v.size for v in fed.strategy.votes["mlp"].values())
+    partial_sums = 0
     for task in plan.tasks:
-        if task.payload_keys and task.payload_keys[0].startswith("votes/"):
-            missed = 61 - 1 - int(task.payload_keys[0].split("/")[-1])
-            payload = plan.broadcast[task.payload_keys[0]]
+        if task.payload_keys and not isinstance(plan.broadcast[task.payload_keys[0]], VoteTotal):
+            partial_sums += 1
+            missed = 61 - 1 - fed.strategy.cache.last_synced(task.client_id)
+            payload = plan.broadcast[task.payload_keys[0]].tensors
             body_bits = 8 * sum(len(b) - golomb._HEADER.size for b in payload.values())
             width = body_bits / numel
             bound = 1 if missed == 1 else np.ceil(np.log2(2 * missed + 1))  # eq. 4.10; a single vote is 1 bit
             assert width <= bound + 0.01
+    assert partial_sums > 0
 
 
 def test_resume_matches_uninterrupted_run(tmp_path):

@@ -4,9 +4,9 @@ import numpy as np
 import pytest
 import torch
 
-from fedray.algorithms import ServerContext, get_algorithm
+from tests.support import make_strategy
 from fedray.clients import LocalExecutor
-from fedray.compression import encode_tensor
+from fedray.compression import CodedUpdate, encode_tensor
 from fedray.config import build_config
 from fedray.federation import Federation
 from fedray.messages import ClientFailure, ClientSpec, ClientUpdate
@@ -22,12 +22,12 @@ def server(**params):
     config = build_config({"federation": {"num_clients": 2, "clients_per_round": 2, "architectures": {"mlp": 2}},
                            "algorithm": {"name": "stc", **params}})
     specs = [ClientSpec(i, "mlp", np.arange(3)) for i in range(2)]
-    return get_algorithm("stc")(config.algorithm_params(), ServerContext(config, specs, lambda arch: Line()))
+    return make_strategy(config, specs, lambda arch: Line())
 
 
 def upload(cid, values):
-    payload = {"w": encode_tensor("stc", np.array(values, np.float32))}
-    return ClientUpdate(cid, "mlp", 3, payload, len(payload["w"]), {"loss": 0.0})
+    payload = CodedUpdate({"w": encode_tensor("stc", np.array(values, np.float32))})
+    return ClientUpdate(cid, "mlp", 3, payload, len(payload.tensors["w"]), {"loss": 0.0})
 
 
 def test_server_step_eqs_4_6_to_4_8_by_hand():
@@ -40,7 +40,7 @@ def test_server_step_eqs_4_6_to_4_8_by_hand():
     # dtheta = R + mean = [0.5, 1, -0.25, -0.25]; top-2 = {1, 0.5}, mu = 0.75 where |x| >= 0.5
     np.testing.assert_array_equal(s.models["mlp"]["w"], [0.75, 0.75, 1.75, -1.75])
     np.testing.assert_array_equal(s.residual["mlp"]["w"], [-0.25, 0.25, -0.25, -0.25])
-    assert set(s.cache["mlp"]) == {1, 2}
+    assert set(s.cache.updates["mlp"]) == {1, 2}
 
 
 def test_server_without_residual_drops_the_error():
@@ -105,23 +105,23 @@ def test_missed_rounds_are_downloaded_as_cached_updates_or_the_model(tmp_path):
     for _ in range(5):
         fed.run_round()
     s = fed.strategy
-    cid = next(c.client_id for c in fed.clients if s.synced.get(c.client_id, 0) < 4)
-    keys = s._download_keys(cid, "mlp", 6)
-    missed = range(s.synced.get(cid, 0) + 1, 6)
-    assert keys == tuple(f"delta/mlp/{r}" for r in missed)  # sparse updates are far cheaper than the model
-    s.params.cache_rounds = 0
-    s.cache["mlp"].clear()
-    assert s._download_keys(cid, "mlp", 6) == ("model/mlp",)
+    cid = next(c.client_id for c in fed.clients if s.cache.last_synced(c.client_id) < 4)
+    downloads = s._downloads(cid, "mlp", 6)
+    missed = range(s.cache.last_synced(cid) + 1, 6)
+    assert list(downloads) == [f"delta/mlp/{r}" for r in missed]  # sparse updates are far cheaper than the model
+    assert [d for d in downloads.values()] == [s.cache.updates["mlp"][r] for r in missed]
+    s.cache.updates["mlp"].clear()
+    assert list(s._downloads(cid, "mlp", 6)) == ["model/mlp"]
 
 
 def test_a_client_out_of_sync_is_caught(tmp_path):
     fed = Federation(digits(3), tmp_path, LocalExecutor)
     fed.run_round()
-    cid = next(iter(fed.strategy.synced))
+    cid = next(iter(fed.strategy.cache.synced))
     theta = fed.executor.host.clients[cid].state["theta"]
     theta[next(iter(theta))] += 1.0
     fed.strategy.sample_clients = lambda r: [c for c in fed.clients if c.client_id == cid]
-    with pytest.raises(ClientFailure, match="during download: model copy is out of sync"):
+    with pytest.raises(ClientFailure, match="during download: OutOfSync: model copy is out of sync"):
         fed.run_round()
 
 

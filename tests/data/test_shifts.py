@@ -7,6 +7,7 @@ import torch
 from fedray.algorithms.base import task_seed
 from fedray.clients import ClientHost
 from fedray.config import build_config
+from fedray.experiment import resolve
 from fedray.data.shifts import adversary_ids, apply_adversary, apply_group, client_groups, label_map
 from fedray.federation import make_clients
 from fedray.data.bundle import DatasetBundle
@@ -86,7 +87,7 @@ def test_clients_get_groups_and_roles_and_hosts_apply_the_shift(grouped):
     config, bundle, specs = grouped
     assert [s.group for s in specs] == [0, 0, 1, 1]
     assert [s.role for s in specs].count("byzantine") == 1
-    host = ClientHost(config, specs, bundle.train_x, bundle.train_y, num_classes=3)
+    host = ClientHost(config, resolve(config), specs, bundle.train_x, bundle.train_y, num_classes=3)
     for spec in specs:
         expected = label_map("label_permutation", spec.group, 2, 3, seed=0)[bundle.train_y[spec.indices]]
         assert host.clients[spec.client_id].y.tolist() == expected.tolist()
@@ -94,7 +95,7 @@ def test_clients_get_groups_and_roles_and_hosts_apply_the_shift(grouped):
 
 def test_a_byzantine_client_uploads_weights_plus_standard_normal_noise(grouped):
     config, bundle, specs = grouped
-    host = ClientHost(config, specs, bundle.train_x, bundle.train_y, num_classes=3)
+    host = ClientHost(config, resolve(config), specs, bundle.train_x, bundle.train_y, num_classes=3)
     bad = next(s for s in specs if s.role == "byzantine")
     torch.manual_seed(0)
     weights = get_weights(create_model("logreg", (4,), 3))
@@ -102,6 +103,30 @@ def test_a_byzantine_client_uploads_weights_plus_standard_normal_noise(grouped):
     rng = np.random.default_rng(task_seed(0, 1, bad.client_id))
     for name, w in weights.items():
         np.testing.assert_allclose(update.payload[name] - w, rng.standard_normal(w.shape), atol=1e-5)
+    assert np.isnan(update.metrics["loss"]) and update.metrics["steps"] == 0  # it did not train
+
+
+def test_a_byzantine_dsgd_client_sends_a_standard_normal_gradient(grouped):
+    """DSGD's clients send a gradient, not trained weights: the host's attack replaces it by N(0, I)
+    (before, DSGD bypassed the attack and its Byzantine clients computed honest gradients)."""
+    config, bundle, specs = grouped
+    config = build_config({**config.to_dict(), "algorithm": {"name": "dsgd"}})
+    host = ClientHost(config, resolve(config), specs, bundle.train_x, bundle.train_y, num_classes=3)
+    bad, good = next(s for s in specs if s.role == "byzantine"), next(s for s in specs if s.role == "benign")
+    torch.manual_seed(0)
+    weights = get_weights(create_model("logreg", (4,), 3))
+    task = ClientTask(bad.client_id, 1, "logreg", ("model/logreg",), task_seed(0, 1, bad.client_id))
+    update = host.run(task, weights)
+    rng = np.random.default_rng(task.seed)
+    assert set(update.payload.grad) == set(weights) and update.payload.buffers == {}
+    for name, w in weights.items():
+        np.testing.assert_array_equal(update.payload.grad[name], rng.standard_normal(w.shape).astype(w.dtype))
+    honest_task = ClientTask(good.client_id, 1, "logreg", ("model/logreg",), task.seed)
+    honest = host.run(honest_task, weights)  # a benign client's upload is its real mini-batch gradient
+    computed = host.algorithm.train(honest_task, weights, host.clients[good.client_id])
+    for name in weights:
+        np.testing.assert_array_equal(honest.payload.grad[name], computed.grad[name])
+    assert not np.isnan(honest.metrics["loss"]) and np.isnan(update.metrics["loss"])
 
 
 def test_bad_group_settings_are_one_line_config_errors():

@@ -3,12 +3,12 @@
 import json
 
 import pytest
-import torch
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-from actors.driver import run_experiment
+from fedray.runner import run_experiment
 from fedray.config import build_config
 from fedray.tracking import read_scalars
+from fedray.federation import CHECKPOINT, read_checkpoint
 
 pytestmark = pytest.mark.integration
 
@@ -41,8 +41,8 @@ def test_cfl_separates_four_permuted_groups_and_beats_fedavg(local_ray, tmp_path
     counts = [v for _, v in scalars["cfl/clusters"]]
     assert counts[0] == 1 and counts[-1] == 4 and counts == sorted(counts)
     assert "cfl/cluster0/alpha_cross" in scalars and "eval/accuracy/cluster1" in scalars
-    # the tree is checkpointed with the run: the same clusters come back from checkpoint.pt
-    tree = torch.load(tmp_path / "cfl" / "checkpoint.pt", weights_only=False)["strategy"]["tree"]["nodes"]
+    # the tree is checkpointed with the run: the same clusters come back from the checkpoint
+    tree = read_checkpoint(tmp_path / "cfl" / CHECKPOINT)["strategy"]["tree"]["nodes"]
     leaves = sorted(n.clients for n in tree.values() if not n.children)
     assert leaves == sorted(cfl["clusters"].values())
     assert json.loads((tmp_path / "cfl" / "result.json").read_text())["clusters"] == cfl["clusters"]

@@ -5,6 +5,7 @@ import ray
 from ray.cluster_utils import Cluster
 
 from actors.driver import start_server
+from fedray.experiment import resolve
 from tests.integration.conftest import small_config
 
 pytestmark = pytest.mark.integration
@@ -17,7 +18,7 @@ def test_clients_spread_over_two_nodes_and_learn(tmp_path):
         ray.init(address=cluster.address, logging_level="ERROR")
         cluster.wait_for_nodes()
         config = small_config(runtime={"address": cluster.address, "actor_cpus": 1, "clients_per_actor": "auto"})
-        server = start_server(config, tmp_path, resume=False)
+        server = start_server(config, resolve(config), tmp_path, resume=False)
         nodes = ray.get(server.client_node_ids.remote())
         assert len(nodes) == 2 and len(set(nodes)) == 2  # one client actor on each node
         for _ in range(config.federation.rounds):

@@ -5,6 +5,7 @@ import pytest
 import ray
 
 from actors.driver import start_server
+from fedray.experiment import resolve
 from fedray.tracking import read_scalars
 from tests.integration.conftest import small_config
 
@@ -18,7 +19,7 @@ def test_feddf_two_architectures_both_improve_through_distillation_in_the_server
         algorithm={"name": "feddf", "distill": {"lr": 1e-3, "epochs": 2}},
         runtime={"actor_cpus": 0.5, "clients_per_actor": 5, "server_cpus": 0.5},
     )
-    server = start_server(config, tmp_path, resume=False)
+    server = start_server(config, resolve(config), tmp_path, resume=False)
     assert ray.get(server.assigned_resources.remote()) == {"CPU": 0.5}  # its own request, apart from clients
     for _ in range(config.federation.rounds):
         ray.get(server.run_round.remote())

@@ -8,8 +8,9 @@ import ray
 import torch
 
 from actors.client import ClientActorLost, RayExecutor
-from actors.driver import RunFailed, root_cause, run_experiment
-from fedray.federation import Federation
+from actors.driver import root_cause
+from fedray.runner import RunFailed, run_experiment
+from fedray.federation import CHECKPOINT, Federation, read_checkpoint
 from fedray.messages import ClientFailure, ClientTask, RoundPlan
 from fedray.tracking import read_scalars
 from fedray.weights import nbytes
@@ -29,7 +30,7 @@ def test_two_architectures_on_four_actors_learn_and_log(local_ray, tmp_path):
         assert scalars[f"eval/accuracy/{arch}"][-1][1] > 0.70  # chance is 0.10
     assert summary["final"]["eval/accuracy"] == pytest.approx(scalars["eval/accuracy"][-1][1])
     # bytes down: every participant downloads its architecture's full float32 model, exactly
-    state = torch.load(tmp_path / "checkpoint.pt", weights_only=False)["strategy"]["models"]
+    state = read_checkpoint(tmp_path / CHECKPOINT)["strategy"]["models"]
     sizes = {arch: nbytes(w) for arch, w in state.items()}
     down = [v for _, v in scalars["comm/bytes_down"]]
     assert all(min(sizes.values()) * 6 <= d <= max(sizes.values()) * 6 for d in down)
@@ -45,8 +46,8 @@ def test_resume_ends_exactly_like_an_uninterrupted_run(local_ray, tmp_path):
     run_experiment(small_config(federation={"rounds": 2}, checkpoint_every=2), split, progress=False)
     resumed = run_experiment(config, split, resume=True, progress=False)
     assert resumed["rounds"] == 4
-    a = torch.load(whole / "checkpoint.pt", weights_only=False)
-    b = torch.load(split / "checkpoint.pt", weights_only=False)
+    a = read_checkpoint(whole / CHECKPOINT)
+    b = read_checkpoint(split / CHECKPOINT)
     for arch in a["strategy"]["models"]:
         for name, value in a["strategy"]["models"][arch].items():
             np.testing.assert_array_equal(value, b["strategy"]["models"][arch][name])
@@ -62,7 +63,7 @@ def test_a_killed_client_actor_gives_one_message_and_the_run_resumes(local_ray, 
         for _ in range(2):  # actor 1 hosts 3 of 10 clients: some round soon samples one of them
             fed.run_round()
     assert "client actor (hosting clients [1, 5, 9]) died" in str(info.value)
-    saved = torch.load(tmp_path / "checkpoint.pt", weights_only=False)["round"]
+    saved = read_checkpoint(tmp_path / CHECKPOINT)["round"]
     assert saved == fed.round - 1
     fed.executor.shutdown()
     summary = run_experiment(config, tmp_path, resume=True, progress=False)
@@ -97,8 +98,8 @@ def test_stateful_stc_on_actors_resumes_exactly(local_ray, tmp_path):
                    progress=False)
     resumed = run_experiment(config, tmp_path / "split", resume=True, progress=False)
     assert resumed["final"] == whole["final"] and resumed["comm"] == whole["comm"]
-    a = torch.load(tmp_path / "whole" / "checkpoint.pt", weights_only=False)
-    b = torch.load(tmp_path / "split" / "checkpoint.pt", weights_only=False)
+    a = read_checkpoint(tmp_path / "whole" / CHECKPOINT)
+    b = read_checkpoint(tmp_path / "split" / CHECKPOINT)
     assert a["clients"].keys() == b["clients"].keys() and any("residual" in s for s in a["clients"].values())
     for cid, state in a["clients"].items():
         for name, value in state.get("residual", {}).items():

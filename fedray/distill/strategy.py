@@ -1,0 +1,60 @@
+"""The server half that every distillation method shares (FedDF, FedBE, FD/CFD; FedAUX next).
+
+It demands unlabelled auxiliary data, keeps the auxiliary inputs and the test set on the server's
+device, and gives its subclasses working models there, a seeded random initialisation, seeded
+distillation of a student towards soft labels (eq. 7.1) and test accuracy.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from fedray.algorithms.base import Params, ServerContext, Strategy, task_seed
+from fedray.distill.ensemble import predict_logits
+from fedray.distill.loop import DistillParams, distill
+from fedray.training import evaluate
+from fedray.weights import Weights, get_weights, set_weights
+
+
+class DistillationStrategy(Strategy):
+    """Base of the distillation methods' server halves."""
+
+    needs_aux = True
+
+    def __init__(self, params: Params, ctx: ServerContext):
+        super().__init__(params, ctx)
+        device = self.ctx.device
+        self.aux = torch.from_numpy(np.ascontiguousarray(self.ctx.aux_x)).to(device)
+        self.test_x = torch.from_numpy(np.ascontiguousarray(self.ctx.test_x)).to(device)
+        self.test_y = torch.from_numpy(np.ascontiguousarray(self.ctx.test_y)).to(device)
+        self._work: dict[str, torch.nn.Module] = {}
+
+    def work_model(self, arch: str, weights: Weights | None = None) -> torch.nn.Module:
+        """The server's working model of ``arch`` (built once), loaded with ``weights`` if given."""
+        if arch not in self._work:
+            self._work[arch] = self.ctx.build_model(arch).to(self.ctx.device)
+        if weights is not None:
+            set_weights(self._work[arch], weights)
+        return self._work[arch]
+
+    def random_init(self, arch: str, round: int) -> Weights:
+        """A fresh initialisation of ``arch``, the same for everyone who knows (seed, round)."""
+        torch.manual_seed(task_seed(self.config.seed, round, 2**42 + self.ctx.architectures.index(arch)))
+        return get_weights(self.ctx.build_model(arch))
+
+    def distill_weights(self, arch: str, weights: Weights, target: torch.Tensor, params: DistillParams,
+                        round: int) -> tuple[Weights, dict[str, float]]:
+        """``weights`` distilled on the auxiliary inputs towards ``target``; seeded by (seed, round, arch)."""
+        model = self.work_model(arch, weights)
+        seed = task_seed(self.config.seed, round, 2**40 + self.ctx.architectures.index(arch))
+        torch.manual_seed(seed)  # dropout
+        stats = distill(model, self.aux, target.to(self.aux.device), params, torch.Generator().manual_seed(seed))
+        return get_weights(model), stats
+
+    def test_accuracy(self, arch: str, weights: Weights) -> float:
+        model = self.work_model(arch, weights)
+        return evaluate(model, self.test_x, self.test_y, self.config.federation.eval_batch_size)["accuracy"]
+
+    def logits(self, arch: str, weights: Weights, x: torch.Tensor) -> torch.Tensor:
+        return predict_logits(self.work_model(arch, weights), x)

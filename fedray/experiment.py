@@ -1,0 +1,79 @@
+"""From a schema-valid config to what a run is made of: the method's classes and its parameters.
+
+``fedray.config`` only checks the config's shape. :func:`resolve` is the one place where
+``algorithm.name`` becomes a method and the ``algorithm:`` keys become its validated ``Params``, and
+where the names of data sets and models are checked against their registries; every problem is one
+:class:`ConfigError` line. The CLI resolves before anything starts, the run resolves once, and the
+resolved :class:`Method` travels to the server and client actors, which never look names up again.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable, Optional
+
+import torch
+from pydantic import ValidationError
+
+from fedray.algorithms import ALGORITHMS
+from fedray.algorithms.base import ClientAlgorithm, Params, ServerContext, Strategy
+from fedray.config import Config, ConfigError, format_error
+from fedray.data import dataset_names
+from fedray.models import model_names
+
+
+@dataclass(frozen=True)
+class Method:
+    """A method ready to run: its server half, its client half and its validated parameters."""
+
+    strategy: type[Strategy]
+    params: Params
+
+    @property
+    def name(self) -> str:
+        return self.strategy.name
+
+    @property
+    def client(self) -> type[ClientAlgorithm]:
+        return self.strategy.Client
+
+    def make_strategy(self, ctx: ServerContext) -> Strategy:
+        """The server half for a federation."""
+        return self.strategy(self.params, ctx)
+
+    def make_client(self, config: Config, build_model: Callable[[str], torch.nn.Module], device: torch.device,
+                    aux_x: Optional[torch.Tensor] = None) -> ClientAlgorithm:
+        """The client half for one host."""
+        return self.client(self.params, config, build_model, device, aux_x)
+
+
+def resolve(config: Config) -> Method:
+    """The config's method with its parameters; raises ConfigError (one line) for an unknown method,
+    bad method parameters, a method without the auxiliary data it needs, or unknown data sets/models."""
+    name = config.algorithm.name
+    if name not in ALGORITHMS:
+        raise ConfigError(f"bad config value algorithm.name = {name!r}: valid algorithms are {', '.join(sorted(ALGORITHMS))}")
+    strategy = ALGORITHMS[name]
+    try:
+        params = strategy.Params(**config.algorithm.model_dump(exclude={"name"}))
+    except ValidationError as err:
+        raise ConfigError(format_error(err, prefix="algorithm.")) from None
+    if strategy.needs_aux and config.aux.size == 0:
+        raise ConfigError(f"bad config value aux.size = 0: algorithm {name} distils on unlabelled "
+                          f"auxiliary data; set aux.size (e.g. aux.size=5000)")
+    _check_names(config)
+    return Method(strategy, params)
+
+
+def _check_names(config: Config) -> None:
+    for key, name in (("data.dataset", config.data.dataset), ("aux.dataset", config.aux.dataset)):
+        if name is not None and name not in dataset_names():
+            raise ConfigError(f"bad config value {key} = {name!r}: valid data sets are {', '.join(dataset_names())}")
+    for arch in config.federation.architectures:
+        if arch not in model_names():
+            raise ConfigError(f"bad config value federation.architectures: unknown model {arch!r}; "
+                              f"valid models are {', '.join(model_names())}")
+    for arch in config.federation.model_options:
+        if arch not in config.federation.architectures:
+            raise ConfigError(f"bad config value federation.model_options.{arch}: "
+                              f"{arch!r} is not one of the run's architectures")

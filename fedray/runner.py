@@ -1,0 +1,126 @@
+"""Runs an experiment from the driver: step the rounds, draw the progress bar, report a failure.
+
+The round loop is a :class:`fedray.federation.Federation`. With ``runtime.backend: local`` it runs
+in this process; with ``ray``, ``actors.driver`` wraps it in a ServerActor and this module steps that
+actor with the same three calls. ``actors`` (and with it Ray) is imported only for the Ray backend.
+
+Whatever stops a run (a failing client, strategy or actor; Ctrl-C) reaches the user as one line
+that names the cause, the last intact checkpoint and ``RUN_DIR/error.log``, which holds the whole
+story: the traceback here and every traceback from the actors it passed through.
+"""
+
+from __future__ import annotations
+
+import time
+import traceback
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Optional
+
+from tqdm import tqdm
+
+from fedray.clients import LocalExecutor
+from fedray.config import Config
+from fedray.experiment import Method, resolve
+from fedray.federation import Federation, checkpoint_round
+from fedray.messages import RoundResult, one_line
+
+ERROR_LOG = "error.log"
+
+
+class RunFailed(RuntimeError):
+    """A run stopped; the message (one line) says why, where the traceback is and how to resume."""
+
+
+class RemoteError(RuntimeError):
+    """An error raised in an actor: the original exception and the remote traceback as text."""
+
+    def __init__(self, cause: BaseException, trace: str):
+        super().__init__(str(cause))
+        self.cause, self.trace = cause, trace
+
+
+@dataclass
+class Stepper:
+    """The same three calls on a local Federation or on the ServerActor."""
+
+    current_round: Callable[[], int]
+    run_round: Callable[[], RoundResult]
+    finish: Callable[[], dict[str, Any]]
+
+
+def local_stepper(config: Config, method: Method, run_dir: Path, resume: bool) -> Stepper:
+    fed = Federation(config, run_dir, LocalExecutor, resume=resume, method=method)
+    return Stepper(lambda: fed.round, fed.run_round, fed.finish)
+
+
+def run_experiment(config: Config, run_dir: str | Path, resume: bool = False, progress: bool = True,
+                   method: Optional[Method] = None) -> dict[str, Any]:
+    """Run (or resume) an experiment to ``federation.rounds``; return the summary of result.json.
+
+    Raises:
+        ConfigError: the config names an unknown method, data set or model (before anything runs).
+        RunFailed: with one line naming the failure, ``error.log``, the last checkpoint and the resume command.
+    """
+    run_dir = Path(run_dir)
+    method = method or resolve(config)
+    try:
+        if config.runtime.backend == "local":
+            stepper = local_stepper(config, method, run_dir, resume)
+        else:
+            from actors.driver import ray_stepper
+
+            stepper = ray_stepper(config, method, run_dir, resume)
+        _step_all(stepper, config, progress)
+        return stepper.finish()
+    except KeyboardInterrupt:
+        raise RunFailed(resume_hint("interrupted", run_dir)) from None
+    except Exception as err:  # any failure: one line here, the whole story in error.log
+        log = write_error_log(run_dir, err)
+        raise RunFailed(resume_hint(f"{one_line(root_cause(err))} (traceback: {log})", run_dir)) from None
+
+
+def _step_all(stepper: Stepper, config: Config, progress: bool) -> None:
+    start, total = stepper.current_round(), config.federation.rounds
+    with tqdm(total=total, initial=start, desc=config.name, unit="round", disable=not progress,
+              dynamic_ncols=True) as bar:
+        for _ in range(start, total):
+            result = stepper.run_round()
+            bar.set_postfix({k.split("/")[-1]: f"{v:.4f}" for k, v in result.metrics.items()
+                             if k in ("eval/accuracy", "train/loss")})
+            bar.update(1)
+
+
+def root_cause(err: BaseException) -> BaseException:
+    """The exception that started it, under the wrappers of the actors it passed through."""
+    while isinstance(err, RemoteError):
+        err = err.cause
+    return err
+
+
+def write_error_log(run_dir: Path, err: BaseException) -> Path:
+    """Append the failure's whole story to ``run_dir/error.log``: the traceback here, each actor's
+    traceback it passed through, and the failing client's own traceback."""
+    run_dir.mkdir(parents=True, exist_ok=True)
+    parts = [f"=== fedray run failed {time.strftime('%Y-%m-%d %H:%M:%S')}: {one_line(root_cause(err))}",
+             "".join(traceback.format_exception(err))]
+    text = parts[1]
+    while isinstance(err, RemoteError):
+        if err.trace and err.trace not in text:
+            parts.append(f"--- raised in an actor:\n{err.trace}")
+        text += err.trace
+        err = err.cause
+    client_trace = getattr(err, "trace", "")
+    if isinstance(client_trace, str) and client_trace and client_trace not in text:
+        parts.append(f"--- in the client:\n{client_trace}")
+    path = run_dir / ERROR_LOG
+    with open(path, "a") as f:
+        f.write("\n".join(p.rstrip("\n") for p in parts) + "\n\n")
+    return path
+
+
+def resume_hint(reason: str, run_dir: Path) -> str:
+    saved = checkpoint_round(run_dir)
+    if saved is None:
+        return f"{reason}; no checkpoint was written in {run_dir}"
+    return f"{reason}; the checkpoint of round {saved} is intact: fedray resume {run_dir}"
