@@ -11,6 +11,7 @@ story: the traceback here and every traceback from the actors it passed through.
 
 from __future__ import annotations
 
+import re
 import time
 import traceback
 from dataclasses import dataclass
@@ -26,6 +27,7 @@ from fedray.federation import Federation, checkpoint_round
 from fedray.messages import RoundResult, one_line
 
 ERROR_LOG = "error.log"
+ANSI = re.compile(r"\x1b\[[0-9;]*m")  # Ray colours its tracebacks for terminals
 
 
 class RunFailed(RuntimeError):
@@ -115,7 +117,7 @@ def write_error_log(run_dir: Path, err: BaseException) -> Path:
         parts.append(f"--- in the client:\n{client_trace}")
     path = run_dir / ERROR_LOG
     with open(path, "a") as f:
-        f.write("\n".join(p.rstrip("\n") for p in parts) + "\n\n")
+        f.write(ANSI.sub("", "\n".join(p.rstrip("\n") for p in parts)) + "\n\n")
     return path
 
 

@@ -17,6 +17,7 @@ from fedray.config import build_config
 from fedray.experiment import resolve
 from fedray.data.datasets import load_dataset
 from fedray.messages import ClientSpec, ClientUpdate
+from fedray.parameter_tree import ParameterTree
 from tests.support import make_strategy
 
 SWAP = torch.tensor([1, 0, 3, 2, 5, 4, 7, 6, 9, 8])
@@ -28,12 +29,12 @@ class Line(torch.nn.Module):
         self.w = torch.nn.Parameter(torch.zeros(3))
 
 
-def server(n, roles=None, **params):
+def server(n, roles=None, tree_factory=None, **params):
     config = build_config({"federation": {"num_clients": n, "clients_per_round": n, "architectures": {"mlp": n}},
                            "algorithm": {"name": "cfl", **params}})
     roles = roles or ["benign"] * n
     specs = [ClientSpec(i, "mlp", np.arange(3), role=roles[i]) for i in range(n)]
-    return make_strategy(config, specs, lambda arch: Line())
+    return make_strategy(config, specs, lambda arch: Line(), tree_factory=tree_factory)
 
 
 def upload(cid, values):
@@ -58,6 +59,41 @@ def test_server_step_by_hand_splits_two_opposed_groups():
     plan = s.configure_round(2)
     assert {t.client_id: t.payload_keys for t in plan.tasks} == {0: ("model/cluster1",), 1: ("model/cluster1",),
                                                                   2: ("model/cluster2",), 3: ("model/cluster2",)}
+
+
+class CountingTree:
+    """A ParameterTree that records every call made to it, as each call to the ParameterTreeActor
+    would be a blocking round trip."""
+
+    def __init__(self, clients, model):
+        self.tree, self.calls = ParameterTree(clients, model), []
+
+    def __getattr__(self, name):
+        method = getattr(self.tree, name)
+
+        def call(*args, **kwargs):
+            self.calls.append(name)
+            return method(*args, **kwargs)
+
+        return call
+
+
+def test_the_tree_is_read_once_and_written_once_a_round():
+    trees = []
+    s = server(4, eps1=1.0, eps2=0.5, tree_factory=lambda *a: trees.append(CountingTree(*a)) or trees[-1])
+    trees[0].calls.clear()
+    first = [upload(0, [1, 0, 0]), upload(1, [1, 0.1, 0]), upload(2, [-1, 0, 0]), upload(3, [-1, 0, 0.1])]
+    later = [upload(i, [0.1 * (i + 1), 0, 0]) for i in range(4)]
+    for r, updates in ((1, first), (2, later), (3, later)):
+        s.configure_round(r)
+        metrics = s.aggregate(r, updates)
+        s.evaluate(lambda arch, weights, group: {"accuracy": float(weights["w"][0]), "loss": 0.0})
+        s.artifacts(r)
+        assert trees[0].calls == ["view", "apply"], (r, trees[0].calls)
+        trees[0].calls.clear()
+    assert metrics["cfl/clusters"] == 2 and s.view.clusters() == trees[0].tree.clusters()
+    for v, model in s.view.models.items():  # the strategy's view after the write is the tree's
+        np.testing.assert_array_equal(model["w"], trees[0].tree.model(v)["w"])
 
 
 def test_no_split_while_the_norm_criteria_fail():

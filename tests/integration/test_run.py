@@ -14,7 +14,10 @@ from fedray.federation import CHECKPOINT, Federation, read_checkpoint
 from fedray.messages import ClientFailure, ClientTask, RoundPlan
 from fedray.tracking import read_scalars
 from fedray.weights import nbytes
+import tests.faulty_method as faulty
+from fedray.runner import ERROR_LOG
 from tests.integration.conftest import small_config
+from tests.test_runner import assert_full_story
 
 pytestmark = pytest.mark.integration
 
@@ -68,6 +71,28 @@ def test_a_killed_client_actor_gives_one_message_and_the_run_resumes(local_ray, 
     fed.executor.shutdown()
     summary = run_experiment(config, tmp_path, resume=True, progress=False)
     assert summary["rounds"] == 3 and summary["final"]["eval/accuracy"] > 0.6
+
+
+def test_every_dead_client_actor_is_named_at_once(local_ray, tmp_path):
+    """All actors are pinged together: both dead actors' clients are named in the one message."""
+    config = small_config(runtime={"actor_cpus": 0.5, "clients_per_actor": 3}, federation={"clients_per_round": 10})
+    fed = Federation(config, tmp_path, RayExecutor)
+    ray.kill(fed.executor.actors[0]), ray.kill(fed.executor.actors[2])
+    with pytest.raises(ClientActorLost, match=r"hosting clients \[0, 4, 8, 2, 6\]\) died during round 1"):
+        fed.run_round()
+    fed.executor.shutdown()
+
+
+def test_a_client_error_deep_in_a_method_reaches_error_log_through_two_actors(local_ray, tmp_path):
+    with pytest.raises(RunFailed) as info:
+        run_experiment(small_config(), tmp_path, progress=False, method=faulty.FAULTY)
+    line = str(info.value)
+    assert "\n" not in line and line.startswith("ClientFailure: client ")
+    assert "failed in round 1 during upload: ZeroDivisionError: division by zero" in line
+    assert f"(traceback: {tmp_path / ERROR_LOG})" in line
+    log = (tmp_path / ERROR_LOG).read_text()
+    assert_full_story(log)  # the client actor's traceback: file, line, the method's steps
+    assert "ray::ServerActor.run_round" in log  # and the server actor's, through which it passed
 
 
 def test_runtime_errors_name_the_resume_command(local_ray, tmp_path):
