@@ -13,20 +13,11 @@ round's accuracy, cluster count and adversaries still among the benign clients) 
 from __future__ import annotations
 
 import argparse
-import json
-import tempfile
-from concurrent.futures import ProcessPoolExecutor, as_completed
 from pathlib import Path
 
-import matplotlib
-
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-
-from fedray.clients import LocalExecutor  # noqa: E402
-from fedray.config import load_config  # noqa: E402
-from fedray.federation import Federation  # noqa: E402
-from fedray.parameter_tree import id_ranges  # noqa: E402
+from fedray.config import load_config
+from fedray.parameter_tree import id_ranges
+from fedray.repro import Store, figure, markdown_table, run_grid, run_local, save_figure
 
 ROOT = Path(__file__).resolve().parents[1]
 TABLE62 = ROOT / "configs" / "repro_thesis_table62_fmnist.yaml"
@@ -47,21 +38,17 @@ def runs() -> list[tuple[str, str, list[str]]]:
     return out
 
 
-def run(experiment: str, method: str, overrides: list[str]) -> dict:
-    base = FIG68 if experiment == "fig68" else TABLE62
-    config = load_config(base, overrides + [f"checkpoint_every={10 ** 6}"])
-    history = []
-    with tempfile.TemporaryDirectory() as run_dir:
-        fed = Federation(config, run_dir, LocalExecutor)
-        for _ in range(config.federation.rounds):
-            m = fed.run_round().metrics
-            history.append({"round": fed.round, "accuracy": m.get("eval/accuracy"),
-                            "clusters": m.get("cfl/clusters", 1.0), "splits": m.get("cfl/splits", 0.0),
-                            "adversaries_with_benign": m.get("cfl/adversaries_with_benign")})
-        adversaries = [c.client_id for c in fed.strategy.ctx.clients if c.role != "benign"]
-        summary = fed.finish()
-    return {"experiment": experiment, "method": method, "history": history, "adversaries": adversaries,
-            "clusters": summary.get("clusters"), "dropped": summary.get("dropped_clients")}
+def record(fed, m: dict) -> dict:
+    return {"round": fed.round, "accuracy": m.get("eval/accuracy"), "clusters": m.get("cfl/clusters", 1.0),
+            "splits": m.get("cfl/splits", 0.0), "adversaries_with_benign": m.get("cfl/adversaries_with_benign")}
+
+
+def run(spec: tuple[str, str, list[str]]) -> dict:
+    experiment, method, overrides = spec
+    done = run_local(load_config(FIG68 if experiment == "fig68" else TABLE62, overrides), record)
+    return {"experiment": experiment, "method": method, "history": done.records,
+            "adversaries": [c.client_id for c in done.clients if c.role != "benign"],
+            "clusters": done.summary.get("clusters"), "dropped": done.summary.get("dropped_clients")}
 
 
 def final_accuracy(result: dict) -> float:
@@ -79,56 +66,54 @@ def cleared(result: dict) -> int | None:
     return next((h["round"] for h in result["history"] if h["adversaries_with_benign"] == 0), None)
 
 
-def write_outputs(results: dict[tuple[str, str], dict], out: Path) -> None:
-    rounds62 = max((len(r["history"]) for (e, _), r in results.items() if e.startswith("table62")), default=0)
-    lines = ["# Clustered FL reproductions (thesis chapter 6)", "",
-             f"## Table 6.2, Fashion-MNIST: final accuracy of the benign clients, %  (`{TABLE62.name}`)", "",
-             f"100 clients, 30% adversaries, robust CFL with alpha_thresh 0.02; MLP, {rounds62} rounds here, "
-             "200 in the thesis (CNN).", "",
-             "| method | " + " | ".join(SCENARIOS.values()) + " |", "|---|" + "---|" * len(SCENARIOS)]
-    for i, method in enumerate(("FL", "CFL")):
-        cells = []
-        for s in SCENARIOS:
-            r = results.get((f"table62/{s}", method))
-            cells.append(f"**{100 * final_accuracy(r):.1f}** (paper {PAPER62[s][i]})" if r else "n.a.")
-        lines.append(f"| {method} | " + " | ".join(cells) + " |")
-    lines += ["", "| CFL | " + " | ".join(SCENARIOS.values()) + " |", "|---|" + "---|" * len(SCENARIOS)]
-    rows = {"splits (at rounds)": lambda r: f"{len(splits(r))} ({id_ranges(splits(r))})" if splits(r) else "none",
+CFL_ROWS = {"splits (at rounds)": lambda r: f"{len(splits(r))} ({id_ranges(splits(r))})" if splits(r) else "none",
             "clients dropped (benign among them)":
                 lambda r: f"{len(r['dropped'])} ({len(set(r['dropped']) - set(r['adversaries']))})",
             "adversaries out of the benign cluster by round":
                 lambda r: "no adversaries" if not r["adversaries"] else str(cleared(r) or "never")}
-    for label, cell in rows.items():
-        lines.append(f"| {label} | " + " | ".join(cell(results[(f"table62/{s}", "CFL")])
-                                                  if (f"table62/{s}", "CFL") in results else "n.a."
-                                                  for s in SCENARIOS) + " |")
-    if ("fig68", "CFL") in results:
-        fl, cfl = results.get(("fig68", "FL")), results[("fig68", "CFL")]
-        lines += ["", f"## Fig. 6.8 on Fashion-MNIST: 20 clients, 4 label permutations  (`{FIG68.name}`)", "",
-                  "| | FL | CFL | splits at rounds | final clusters |", "|---|---|---|---|---|",
-                  f"| ours | {100 * final_accuracy(fl):.1f} | {100 * final_accuracy(cfl):.1f} | "
-                  f"{', '.join(map(str, splits(cfl)))} | {'; '.join(id_ranges(c) for c in cfl['clusters'].values())} |",
-                  "| paper (CIFAR-10, 5-layer CNN) | about 20 | close to 60 | 50, 100, 150 | 4 groups |"]
-    out.with_suffix(".md").write_text("\n".join(lines) + "\n")
 
+
+def table62_lines(results: dict[tuple[str, str], dict]) -> list[str]:
+    rounds = max((len(r["history"]) for (e, _), r in results.items() if e.startswith("table62")), default=0)
+    get = {(s, m): results.get((f"table62/{s}", m)) for s in SCENARIOS for m in ("FL", "CFL")}
+    acc = [[method] + [f"**{100 * final_accuracy(get[s, method]):.1f}** (paper {PAPER62[s][i]})"
+                       if get[s, method] else "n.a." for s in SCENARIOS] for i, method in enumerate(("FL", "CFL"))]
+    cfl = [[label] + [cell(get[s, "CFL"]) if get[s, "CFL"] else "n.a." for s in SCENARIOS]
+           for label, cell in CFL_ROWS.items()]
+    return (["# Clustered FL reproductions (thesis chapter 6)", "",
+             f"## Table 6.2, Fashion-MNIST: final accuracy of the benign clients, %  (`{TABLE62.name}`)", "",
+             f"100 clients, 30% adversaries, robust CFL with alpha_thresh 0.02; MLP, {rounds} rounds here, "
+             "200 in the thesis (CNN).", ""]
+            + markdown_table(["method", *SCENARIOS.values()], acc) + [""]
+            + markdown_table(["CFL", *SCENARIOS.values()], cfl))
+
+
+def fig68_lines(results: dict[tuple[str, str], dict]) -> list[str]:
+    fl, cfl = results.get(("fig68", "FL")), results.get(("fig68", "CFL"))
+    if not cfl:
+        return []
+    ours = ["ours", f"{100 * final_accuracy(fl):.1f}" if fl else "n.a.", f"{100 * final_accuracy(cfl):.1f}",
+            ", ".join(map(str, splits(cfl))), "; ".join(id_ranges(c) for c in cfl["clusters"].values())]
+    paper = ["paper (CIFAR-10, 5-layer CNN)", "about 20", "close to 60", "50, 100, 150", "4 groups"]
+    return (["", f"## Fig. 6.8 on Fashion-MNIST: 20 clients, 4 label permutations  (`{FIG68.name}`)", ""]
+            + markdown_table(["", "FL", "CFL", "splits at rounds", "final clusters"], [ours, paper]))
+
+
+def plot(results: dict[tuple[str, str], dict], path: Path) -> None:
     panels = [f"table62/{s}" for s in SCENARIOS] + ["fig68"]
-    fig, axes = plt.subplots(1, len(panels), figsize=(4 * len(panels), 3.6), sharey=True)
+    fig, axes = figure(1, len(panels), figsize=(4 * len(panels), 3.6), sharey=True)
     for ax, experiment in zip(axes, panels):
         for method, colour in (("FL", "tab:blue"), ("CFL", "tab:red")):
             r = results.get((experiment, method))
             if r:
                 points = [(h["round"], h["accuracy"]) for h in r["history"] if h["accuracy"] is not None]
                 ax.plot(*zip(*points), color=colour, label=method)
-                if method == "CFL":
-                    for s in splits(r):
-                        ax.axvline(s, color=colour, lw=0.5, ls=":")
-        ax.set_title(SCENARIOS.get(experiment.split("/")[-1], "Fig. 6.8 permuted labels"))
-        ax.set_xlabel("round")
+                for s in splits(r) if method == "CFL" else ():
+                    ax.axvline(s, color=colour, lw=0.5, ls=":")
+        ax.set(title=SCENARIOS.get(experiment.split("/")[-1], "Fig. 6.8 permuted labels"), xlabel="round")
     axes[0].set_ylabel("benign test accuracy")
     axes[0].legend(loc="lower right")
-    fig.suptitle("Clustered FL on Fashion-MNIST (dotted: CFL splits)")
-    fig.tight_layout()
-    fig.savefig(out.with_suffix(".png"), dpi=100)
+    save_figure(fig, path, title="Clustered FL on Fashion-MNIST (dotted: CFL splits)")
 
 
 def main() -> None:
@@ -138,19 +123,15 @@ def main() -> None:
     parser.add_argument("--plot-only", action="store_true", help="redraw from the saved .json")
     args = parser.parse_args()
     out = ROOT / "docs" / "repro_cfl"
-    saved = json.loads(out.with_suffix(".json").read_text()) if out.with_suffix(".json").exists() else []
-    results = {(r["experiment"], r["method"]): r for r in saved}
-    if not args.plot_only:
-        todo = [r for r in runs() if not args.only or r[0] in args.only]
-        with ProcessPoolExecutor(max_workers=args.jobs) as pool:
-            futures = [pool.submit(run, *r) for r in todo]
-            for future in as_completed(futures):
-                r = future.result()
-                results[(r["experiment"], r["method"])] = r
-                print(f"{r['experiment']:20} {r['method']:4} final {final_accuracy(r):.4f} splits {splits(r)}",
-                      flush=True)
-                out.with_suffix(".json").write_text(json.dumps(list(results.values()), indent=1))
-    write_outputs(results, out)
+    store = Store(out.with_suffix(".json"), key=lambda r: (r["experiment"], r["method"]), field=None)
+    if args.plot_only:
+        results = store.load()
+    else:
+        results = run_grid(run, [r for r in runs() if not args.only or r[0] in args.only], store, jobs=args.jobs,
+                           line=lambda r: f"{r['experiment']:20} {r['method']:4} final {final_accuracy(r):.4f} "
+                                          f"splits {splits(r)}")
+    out.with_suffix(".md").write_text("\n".join(table62_lines(results) + fig68_lines(results)) + "\n")
+    plot(results, out.with_suffix(".png"))
     print(f"wrote {out}.md, .json and .png")
 
 

@@ -18,7 +18,8 @@ def tiny(rounds: int):
                          "runtime": {"backend": "local", "torch_threads": 1}})
 
 
-def files(fed, metrics: dict) -> dict:
+def record_files(fed, metrics: dict) -> dict:
+    """The round, its accuracy, and the files in the run folder after it."""
     return {"round": fed.round, "accuracy": metrics["eval/accuracy"], "run_dir": str(fed.run_dir),
             "files": sorted(p.name for p in fed.run_dir.iterdir())}
 
@@ -27,7 +28,7 @@ def run_spec(spec: dict) -> dict:
     """Module level, so that the worker processes can unpickle it."""
     if spec.get("fail"):
         raise RuntimeError("this run fails")
-    done = run_local(tiny(spec["rounds"]), files)
+    done = run_local(tiny(spec["rounds"]), record_files)
     return {**spec, "records": done.records, "rounds_run": done.summary["rounds"], "pid": os.getpid()}
 
 
