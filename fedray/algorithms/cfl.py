@@ -36,6 +36,7 @@ import numpy as np
 from pydantic import Field
 
 from fedray.algorithms.base import ClientAlgorithm, Params, ServerContext, Strategy, Trained, VirtualClient, task_seed
+from fedray.algorithms.helpers import mean_client_loss, sample_weights
 from fedray.clustering import OrthonormalTransform, alpha_threshold, decide_split
 from fedray.messages import ClientTask, ClientUpdate, RoundPlan
 from fedray.parameter_tree import ParameterTree, Split, TreeView
@@ -151,7 +152,7 @@ class CFL(Strategy):
             if not members:
                 continue
             rows = np.stack([by_id[i].payload.astype(np.float64) for i in members])
-            coef = np.array([by_id[i].num_samples if self.params.weighted else 1.0 for i in members])
+            coef = np.array(sample_weights([by_id[i] for i in members], self.params.weighted))
             mean = (coef / coef.sum()) @ rows
             new_models[v] = add_flat(self.view.models[v], self.transform.invert(mean))
             decision, eps1, eps2, may_split = self._decide(v, rows, mean, round, len(members))
@@ -164,9 +165,7 @@ class CFL(Strategy):
         keep = "larger" if self.params.byzantine else "both"
         self.view = self.view.after(self.tree.apply(new_models, splits, round, keep), new_models)  # one write
         self.changed = self.changed or bool(splits)
-        losses = [u.metrics["loss"] for u in updates if not np.isnan(u.metrics.get("loss", np.nan))]
-        if losses:
-            metrics["train/loss"] = float(np.mean(losses))
+        metrics.update(mean_client_loss(updates))
         metrics.update(self._population_metrics())
         return metrics
 
