@@ -51,14 +51,43 @@ def _bundle(name: str, parts: tuple, classes: list[str], size: int | None, stats
                          input_shape=tuple(train_x.shape[1:]), classes=list(classes))  # fmt: skip
 
 
-def _read_idx_parts(paths: list[str], counts: tuple[int | None, int | None], hint: str) -> tuple:
-    """Reads train images, train labels, test images, test labels (idx files) as NCHW uint8 + labels."""
+def _locate(name: str, channels: int, layout: FileLayout, root: str, size: int | None, stats: str | None) -> dict:
+    """Checks the options ``size`` and ``stats`` of the image set ``name``, then returns the paths of its files."""
+    check_image_options(name, channels, size, stats)
+    return locate(layout, root)
+
+
+def _load_idx(
+    name: str,
+    layout: FileLayout,
+    root: str,
+    size: int | None,
+    stats: str | None,
+    classes: list[str],
+    counts: tuple[int | None, int | None] = (60000, 10000),
+    hint: str = "; replace it",
+    transposed: bool = False,
+) -> DatasetBundle:
+    """Loads a 1-channel 28x28 idx set (the MNIST family) into a bundle.
+
+    Args:
+        name: Data set name (options check, channel statistics, bundle name).
+        layout: Its files: train images, train labels, test images, test labels, in that order.
+        root: Data root.
+        size: Optional side length to resize to.
+        stats: Optional name of another set whose channel statistics to normalise with.
+        classes: Class names.
+        counts: Number of train and test images the files must hold (None: any).
+        hint: What to do about a corrupt file, appended to the error.
+        transposed: The files store every image transposed (EMNIST); turn them upright.
+    """
+    paths = _locate(name, 1, layout, root, size, stats)
     parts = []
-    for (images, labels), count in zip((paths[:2], paths[2:]), counts):
-        x = read_idx(images, (count, 28, 28), hint)
-        y = read_idx(labels, (x.shape[0],), hint)
-        parts += [x[:, None], y]
-    return tuple(parts)
+    for (images, labels), count in zip((layout.files[:2], layout.files[2:]), counts):
+        x = read_idx(paths[images], (count, 28, 28), hint)
+        y = read_idx(paths[labels], (x.shape[0],), hint)
+        parts += [x[:, None].transpose(0, 1, 3, 2) if transposed else x[:, None], y]
+    return _bundle(name, tuple(parts), classes, size, stats)
 
 
 # Fashion-MNIST --------------------------------------------------------------------------------
@@ -76,8 +105,7 @@ FASHION_MNIST_LAYOUT = FileLayout(
 
 def check_fashion_mnist(root: str, size: int | None = None, stats: str | None = None) -> None:
     """Checks that the four Fashion-MNIST idx files exist (see :func:`load_fashion_mnist`)."""
-    check_image_options("fashion_mnist", 1, size, stats)
-    locate(FASHION_MNIST_LAYOUT, root)
+    _locate("fashion_mnist", 1, FASHION_MNIST_LAYOUT, root, size, stats)
 
 
 def load_fashion_mnist(root: str, size: int | None = None, stats: str | None = None) -> DatasetBundle:
@@ -92,11 +120,8 @@ def load_fashion_mnist(root: str, size: int | None = None, stats: str | None = N
         DatasetNotFoundError: A file is missing.
         DatasetFormatError: A file is truncated or corrupt.
     """
-    check_image_options("fashion_mnist", 1, size, stats)
-    paths = locate(FASHION_MNIST_LAYOUT, root)
     hint = "; replace it (e.g. `apt-get install --reinstall dataset-fashion-mnist`)"
-    parts = _read_idx_parts([paths[n] for n in _IDX_NAMES], (60000, 10000), hint)
-    return _bundle("fashion_mnist", parts, FASHION_MNIST_CLASSES, size, stats)
+    return _load_idx("fashion_mnist", FASHION_MNIST_LAYOUT, root, size, stats, FASHION_MNIST_CLASSES, hint=hint)
 
 
 # MNIST and EMNIST -----------------------------------------------------------------------------
@@ -113,16 +138,12 @@ MNIST_LAYOUT = FileLayout(
 
 def check_mnist(root: str, size: int | None = None, stats: str | None = None) -> None:
     """Checks that the four MNIST idx files exist under ``<root>/MNIST/raw``."""
-    check_image_options("mnist", 1, size, stats)
-    locate(MNIST_LAYOUT, root)
+    _locate("mnist", 1, MNIST_LAYOUT, root, size, stats)
 
 
 def load_mnist(root: str, size: int | None = None, stats: str | None = None) -> DatasetBundle:
     """Loads MNIST from ``<root>/MNIST/raw``: 60000 / 10000 images of shape (1, 28, 28)."""
-    check_image_options("mnist", 1, size, stats)
-    paths = locate(MNIST_LAYOUT, root)
-    parts = _read_idx_parts([paths[n] for n in _IDX_NAMES], (60000, 10000), "; replace it")
-    return _bundle("mnist", parts, list(string.digits), size, stats)
+    return _load_idx("mnist", MNIST_LAYOUT, root, size, stats, list(string.digits))
 
 
 def _emnist_layout(split: str) -> FileLayout:
@@ -142,8 +163,7 @@ def check_emnist(root: str, split: str = "balanced", size: int | None = None, st
     """Checks the EMNIST ``split`` (one of byclass, bymerge, balanced, letters, digits, mnist) exists."""
     if split not in EMNIST_CLASSES:
         raise ValueError(f"emnist: split must be one of {', '.join(EMNIST_CLASSES)}, got {split!r}")
-    check_image_options("emnist", 1, size, stats)
-    locate(_emnist_layout(split), root)
+    _locate("emnist", 1, _emnist_layout(split), root, size, stats)
 
 
 def load_emnist(root: str, split: str = "balanced", size: int | None = None, stats: str | None = None) -> DatasetBundle:
@@ -152,11 +172,8 @@ def load_emnist(root: str, split: str = "balanced", size: int | None = None, sta
     Class names follow torchvision (``letters`` has 27 classes, class 0 unused).
     """
     check_emnist(root, split, size, stats)
-    layout = _emnist_layout(split)
-    paths = locate(layout, root)
-    train_x, train_y, test_x, test_y = _read_idx_parts([paths[n] for n in layout.files], (None, None), "; replace it")
-    parts = (train_x.transpose(0, 1, 3, 2), train_y, test_x.transpose(0, 1, 3, 2), test_y)
-    return _bundle("emnist", parts, EMNIST_CLASSES[split], size, stats)
+    layout, classes = _emnist_layout(split), EMNIST_CLASSES[split]
+    return _load_idx("emnist", layout, root, size, stats, classes, counts=(None, None), transposed=True)
 
 
 # CIFAR-10 and CIFAR-100 -----------------------------------------------------------------------
@@ -196,36 +213,48 @@ def _read_cifar_batches(paths: list[str], label_key: str) -> tuple[np.ndarray, n
     return np.concatenate(images), np.concatenate(labels)
 
 
+def _load_cifar(
+    name: str,
+    layout: FileLayout,
+    root: str,
+    size: int | None,
+    stats: str | None,
+    label_key: str,
+    names_key: str,
+    default_classes: list[str],
+) -> DatasetBundle:
+    """Loads CIFAR-10 or -100 from the pickles of ``layout.files``: the train batches, the test batch, the meta file.
+
+    ``label_key`` names the labels in a batch, ``names_key`` the class names in the meta file (else
+    ``default_classes``).
+    """
+    paths = _locate(name, 3, layout, root, size, stats)
+    *train_files, test_file, meta_file = layout.files
+    train = _read_cifar_batches([paths[f] for f in train_files], label_key)
+    test = _read_cifar_batches([paths[test_file]], label_key)
+    classes = _unpickle(paths[meta_file]).get(names_key) or default_classes
+    return _bundle(name, (*train, *test), classes, size, stats)
+
+
 def check_cifar10(root: str, size: int | None = None, stats: str | None = None) -> None:
     """Checks that ``<root>/cifar-10-batches-py`` holds the five train batches, test batch and meta file."""
-    check_image_options("cifar10", 3, size, stats)
-    locate(CIFAR10_LAYOUT, root)
+    _locate("cifar10", 3, CIFAR10_LAYOUT, root, size, stats)
 
 
 def load_cifar10(root: str, size: int | None = None, stats: str | None = None) -> DatasetBundle:
     """Loads CIFAR-10 from ``<root>/cifar-10-batches-py``: 50000 / 10000 images of shape (3, 32, 32)."""
-    check_cifar10(root, size, stats)
-    paths = locate(CIFAR10_LAYOUT, root)
-    train = _read_cifar_batches([paths[f"data_batch_{i}"] for i in range(1, 6)], "labels")
-    test = _read_cifar_batches([paths["test_batch"]], "labels")
-    classes = _unpickle(paths["batches.meta"]).get("label_names", CIFAR10_CLASSES)
-    return _bundle("cifar10", (*train, *test), classes, size, stats)
+    return _load_cifar("cifar10", CIFAR10_LAYOUT, root, size, stats, "labels", "label_names", CIFAR10_CLASSES)
 
 
 def check_cifar100(root: str, size: int | None = None, stats: str | None = None) -> None:
     """Checks that ``<root>/cifar-100-python`` holds ``train``, ``test`` and ``meta``."""
-    check_image_options("cifar100", 3, size, stats)
-    locate(CIFAR100_LAYOUT, root)
+    _locate("cifar100", 3, CIFAR100_LAYOUT, root, size, stats)
 
 
 def load_cifar100(root: str, size: int | None = None, stats: str | None = None) -> DatasetBundle:
     """Loads CIFAR-100 (fine labels) from ``<root>/cifar-100-python``: 50000 / 10000 images, 100 classes."""
-    check_cifar100(root, size, stats)
-    paths = locate(CIFAR100_LAYOUT, root)
-    train = _read_cifar_batches([paths["train"]], "fine_labels")
-    test = _read_cifar_batches([paths["test"]], "fine_labels")
-    classes = _unpickle(paths["meta"]).get("fine_label_names") or [str(i) for i in range(100)]
-    return _bundle("cifar100", (*train, *test), classes, size, stats)
+    default = [str(i) for i in range(100)]
+    return _load_cifar("cifar100", CIFAR100_LAYOUT, root, size, stats, "fine_labels", "fine_label_names", default)
 
 
 # SVHN -----------------------------------------------------------------------------------------
@@ -256,14 +285,12 @@ def _read_svhn(path: str) -> tuple[np.ndarray, np.ndarray]:
 
 def check_svhn(root: str, extra: bool = False, size: int | None = None, stats: str | None = None) -> None:
     """Checks that the SVHN ``.mat`` files exist in ``<root>/svhn`` or ``<root>``."""
-    check_image_options("svhn", 3, size, stats)
-    locate(_svhn_layout(bool(extra)), root)
+    _locate("svhn", 3, _svhn_layout(bool(extra)), root, size, stats)
 
 
 def load_svhn(root: str, extra: bool = False, size: int | None = None, stats: str | None = None) -> DatasetBundle:
     """Loads SVHN (73257 train, 26032 test, shape (3, 32, 32)); ``extra=True`` adds the 531131 extra images to train."""
-    check_svhn(root, extra, size, stats)
-    paths = locate(_svhn_layout(bool(extra)), root)
+    paths = _locate("svhn", 3, _svhn_layout(bool(extra)), root, size, stats)
     train = [_read_svhn(paths["train_32x32.mat"])] + ([_read_svhn(paths["extra_32x32.mat"])] if extra else [])
     train_x, train_y = np.concatenate([x for x, _ in train]), np.concatenate([y for _, y in train])
     return _bundle("svhn", (train_x, train_y, *_read_svhn(paths["test_32x32.mat"])), list(string.digits), size, stats)
@@ -306,8 +333,7 @@ def check_stl10(root: str, split: str = "train", size: int | None = None, stats:
     """Checks that ``<root>/stl10_binary`` holds the files of ``split`` and the test split."""
     if split not in STL10_SPLITS:
         raise ValueError(f"stl10: split must be one of {', '.join(STL10_SPLITS)}, got {split!r}")
-    check_image_options("stl10", 3, size, stats)
-    locate(_stl10_layout(split), root)
+    _locate("stl10", 3, _stl10_layout(split), root, size, stats)
 
 
 def load_stl10(root: str, split: str = "train", size: int | None = None, stats: str | None = None) -> DatasetBundle:

@@ -8,28 +8,35 @@ distillation, prototype methods) work on every architecture in the zoo.
 from __future__ import annotations
 
 import math
-from abc import ABC, abstractmethod
 
 import torch
 from torch import nn
 
 
-class FedModel(nn.Module, ABC):
+class FedModel(nn.Module):
     """A classifier written as ``head(features(x))``.
 
-    Subclasses implement :meth:`features` and either set ``self.classifier``
-    (the default :meth:`head` applies it) or override :meth:`head`. They must not
-    override :meth:`forward`. Parameters are initialised with torch's global RNG,
-    so ``torch.manual_seed(s)`` before construction makes a model reproducible.
+    Most subclasses build a feature extractor and hand it to :meth:`set_body`, which also
+    adds a linear ``self.classifier``; the default :meth:`features` applies ``self.body``
+    and the default :meth:`head` applies ``self.classifier``. A subclass may override
+    either instead (then it sets ``feature_dim`` and what its head needs itself), but
+    not :meth:`forward`. Parameters are initialised with torch's global RNG, so
+    ``torch.manual_seed(s)`` before construction makes a model reproducible.
+
+    Every model is built as ``Model(input_shape, num_classes, **options)`` (see
+    :meth:`__init__`); a subclass's docstring lists only its own options.
 
     Attributes:
         name: Registry name of the architecture, e.g. ``"cnn"``.
+        min_side: ``None`` for a model that takes any input shape; otherwise the model
+            takes images ``(C, H, W)`` with ``H, W >= min_side``, which ``__init__`` checks.
         input_shape: Shape of one sample, without the batch dimension.
         num_classes: Number of output logits.
         feature_dim: Length ``D`` of the per-sample feature vector.
     """
 
     name: str = ""
+    min_side: int | None = None
     feature_dim: int
 
     def __init_subclass__(cls, **kwargs):
@@ -45,7 +52,8 @@ class FedModel(nn.Module, ABC):
             num_classes: Number of classes, at least 2.
 
         Raises:
-            ValueError: If the shape has a non-positive entry or num_classes < 2.
+            ValueError: If the shape has a non-positive entry, num_classes < 2, or the model
+                takes images (``min_side`` set) and the shape is not one it can take.
         """
         super().__init__()
         shape = tuple(input_shape)
@@ -53,12 +61,28 @@ class FedModel(nn.Module, ABC):
             raise ValueError(f"model '{self.name}' needs an input shape of positive ints, got {shape}")
         if isinstance(num_classes, bool) or not isinstance(num_classes, int) or num_classes < 2:
             raise ValueError(f"model '{self.name}' needs num_classes >= 2, got {num_classes!r}")
+        if self.min_side is not None:
+            check_image(self.name, shape, self.min_side)
         self.input_shape = shape
         self.num_classes = num_classes
 
-    @abstractmethod
+    def set_body(self, body: nn.Module, feature_dim: int) -> None:
+        """Sets the feature extractor and a linear classifier ``feature_dim -> num_classes`` after it.
+
+        The classifier's parameters are created here, after the body's, so a model that calls this
+        once it has built its body initialises them in that order.
+
+        Args:
+            body: Module mapping a batch ``(B, *input_shape)`` to features ``(B, feature_dim)``.
+            feature_dim: Length of the body's output per sample.
+        """
+        self.body = body
+        self.feature_dim = feature_dim
+        self.classifier = nn.Linear(feature_dim, self.num_classes)
+
     def features(self, x: torch.Tensor) -> torch.Tensor:
-        """Maps a batch of inputs ``(B, *input_shape)`` to features ``(B, feature_dim)``."""
+        """Maps a batch of inputs ``(B, *input_shape)`` to features ``(B, feature_dim)``: ``self.body(x)``."""
+        return self.body(x)
 
     def head(self, z: torch.Tensor) -> torch.Tensor:
         """Maps features ``(B, feature_dim)`` to logits ``(B, num_classes)``."""

@@ -17,7 +17,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from fedray.models.base import FedModel, check_image
+from fedray.models.base import FedModel
 
 # (expansion t, channels c, repeats n, first stride s) per stage, as in Sandler et al.,
 # Table 2, with the 24-channel stage's stride set to 1 for small images.
@@ -61,33 +61,30 @@ class MobileNetV2(FedModel):
 
     2,236,682 parameters on (3, 32, 32) with 10 classes at ``width_mult=1``, as
     torchvision's ``mobilenet_v2(num_classes=10)``; the classifier has no dropout,
-    as in CIFAR ports. Initialisation follows torchvision. The features are the
-    globally pooled 1280-d vector.
+    as in CIFAR ports. Initialisation follows torchvision. Takes images (C, H, W),
+    any C and H, W >= 1. The features are the globally pooled 1280-d vector.
 
     Args:
-        input_shape: Image shape (C, H, W), any C and H, W >= 1.
-        num_classes: Number of classes.
         width_mult: Multiplier of every layer's channel count.
     """
 
     name = "mobilenetv2"
+    min_side = 1
 
     def __init__(self, input_shape: tuple[int, ...], num_classes: int, width_mult: float = 1.0):
         super().__init__(input_shape, num_classes)
-        c_in = check_image(self.name, self.input_shape)[0]
         if isinstance(width_mult, bool) or not isinstance(width_mult, (int, float)) or width_mult <= 0:
             raise ValueError(f"model 'mobilenetv2' needs width_mult > 0, got {width_mult!r}")
         channels = _make_divisible(32 * width_mult)
-        layers = [_conv_bn(c_in, channels, 3, act=nn.ReLU6)]
+        layers = [_conv_bn(self.input_shape[0], channels, 3, act=nn.ReLU6)]
         for expansion, c, repeats, stride in _MOBILENETV2_STAGES:
             c_out = _make_divisible(c * width_mult)
             for i in range(repeats):
                 layers.append(InvertedResidual(channels, c_out, stride if i == 0 else 1, expansion))
                 channels = c_out
-        self.feature_dim = _make_divisible(1280 * max(1.0, width_mult))
-        layers += [_conv_bn(channels, self.feature_dim, act=nn.ReLU6), nn.AdaptiveAvgPool2d(1), nn.Flatten()]
-        self.body = nn.Sequential(*layers)
-        self.classifier = nn.Linear(self.feature_dim, num_classes)
+        feature_dim = _make_divisible(1280 * max(1.0, width_mult))
+        layers += [_conv_bn(channels, feature_dim, act=nn.ReLU6), nn.AdaptiveAvgPool2d(1), nn.Flatten()]
+        self.set_body(nn.Sequential(*layers), feature_dim)
         self._init_weights()
 
     def _init_weights(self) -> None:
@@ -97,9 +94,6 @@ class MobileNetV2(FedModel):
                 nn.init.kaiming_normal_(module.weight, mode="fan_out")
         nn.init.normal_(self.classifier.weight, 0, 0.01)
         nn.init.zeros_(self.classifier.bias)
-
-    def features(self, x: torch.Tensor) -> torch.Tensor:
-        return self.body(x)
 
 
 def _channel_shuffle(x: torch.Tensor, groups: int) -> torch.Tensor:
@@ -139,28 +133,20 @@ class ShuffleNetV2(FedModel):
     Stages of 4, 8 and 4 units with 116, 232 and 464 channels, then a 1x1 conv to
     1024. 1,263,854 parameters on (3, 32, 32) with 10 classes, as torchvision's
     ``shufflenet_v2_x1_0(num_classes=10)``. torch's default initialisation, as in
-    torchvision. The features are the globally pooled 1024-d vector.
-
-    Args:
-        input_shape: Image shape (C, H, W), any C and H, W >= 1.
-        num_classes: Number of classes.
+    torchvision. Takes images (C, H, W), any C and H, W >= 1. The features are the
+    globally pooled 1024-d vector.
     """
 
     name = "shufflenetv2"
+    min_side = 1
 
     def __init__(self, input_shape: tuple[int, ...], num_classes: int):
         super().__init__(input_shape, num_classes)
-        channels = check_image(self.name, self.input_shape)[0]
-        layers = [_conv_bn(channels, 24, 3, act=nn.ReLU)]
+        layers = [_conv_bn(self.input_shape[0], 24, 3, act=nn.ReLU)]
         channels = 24
         for repeats, c_out in ((4, 116), (8, 232), (4, 464)):
             layers.append(ShuffleUnit(channels, c_out, stride=2))
             layers += [ShuffleUnit(c_out, c_out, stride=1) for _ in range(repeats - 1)]
             channels = c_out
         layers += [_conv_bn(channels, 1024, act=nn.ReLU), nn.AdaptiveAvgPool2d(1), nn.Flatten()]
-        self.body = nn.Sequential(*layers)
-        self.feature_dim = 1024
-        self.classifier = nn.Linear(1024, num_classes)
-
-    def features(self, x: torch.Tensor) -> torch.Tensor:
-        return self.body(x)
+        self.set_body(nn.Sequential(*layers), 1024)

@@ -12,7 +12,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from fedray.models.base import FedModel, check_image
+from fedray.models.base import FedModel
 
 
 def _conv_bn(c_in: int, c_out: int, kernel: int, stride: int = 1) -> nn.Sequential:
@@ -41,29 +41,22 @@ class BasicBlock(nn.Module):
 class ResNet8(FedModel):
     """ResNet-8: conv 16, stages of one BasicBlock (16, 32/2, 64/2), global pool, fc.
 
-    78,042 parameters on (3, 32, 32) with 10 classes. Convolutions get He-normal
-    (fan-out) initialisation as in FedDF. The features are the pooled 64-d vector.
-
-    Args:
-        input_shape: Image shape (C, H, W), any H, W >= 1.
-        num_classes: Number of classes.
+    78,042 parameters on (3, 32, 32) with 10 classes; takes images (C, H, W) of any
+    size H, W >= 1. Convolutions get He-normal (fan-out) initialisation as in FedDF.
+    The features are the pooled 64-d vector.
     """
 
     name = "resnet8"
+    min_side = 1
 
     def __init__(self, input_shape: tuple[int, ...], num_classes: int):
         super().__init__(input_shape, num_classes)
-        channels = check_image(self.name, self.input_shape)[0]
-        self.body = nn.Sequential(
-            _conv_bn(channels, 16, 3), nn.ReLU(),
+        body = nn.Sequential(
+            _conv_bn(self.input_shape[0], 16, 3), nn.ReLU(),
             BasicBlock(16, 16), BasicBlock(16, 32, stride=2), BasicBlock(32, 64, stride=2),
             nn.AdaptiveAvgPool2d(1), nn.Flatten(),
         )  # fmt: skip
-        self.feature_dim = 64
-        self.classifier = nn.Linear(64, num_classes)
+        self.set_body(body, 64)
         for module in self.body.modules():
             if isinstance(module, nn.Conv2d):
                 nn.init.kaiming_normal_(module.weight, mode="fan_out", nonlinearity="relu")
-
-    def features(self, x: torch.Tensor) -> torch.Tensor:
-        return self.body(x)

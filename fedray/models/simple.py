@@ -24,7 +24,7 @@ from collections.abc import Sequence
 import torch
 from torch import nn
 
-from fedray.models.base import FedModel, check_image, flat_dim
+from fedray.models.base import FedModel, flat_dim
 
 _VGG11S_LAYOUT = (32, "M", 64, "M", 128, 128, "M", 128, 128, "M", 128, 128, "M")
 
@@ -40,33 +40,24 @@ def _positive_ints(model: str, key: str, values: Sequence[int]) -> tuple[int, ..
 class LogReg(FedModel):
     """Multinomial logistic regression: flatten, then one linear layer.
 
-    The features are the flattened input, so ``feature_dim = prod(input_shape)``.
-
-    Args:
-        input_shape: Shape of one sample, any rank.
-        num_classes: Number of classes.
+    Takes inputs of any shape. The features are the flattened input, so
+    ``feature_dim = prod(input_shape)``.
     """
 
     name = "logreg"
 
     def __init__(self, input_shape: tuple[int, ...], num_classes: int):
         super().__init__(input_shape, num_classes)
-        self.feature_dim = flat_dim(self.input_shape)
-        self.classifier = nn.Linear(self.feature_dim, num_classes)
-
-    def features(self, x: torch.Tensor) -> torch.Tensor:
-        return x.flatten(1)
+        self.set_body(nn.Flatten(), flat_dim(self.input_shape))
 
 
 class MLP(FedModel):
     """Fully connected net with ReLU hidden layers (the "2NN" of McMahan et al., 2017).
 
-    The features are the activations of the last hidden layer (the flattened
-    input if ``hidden`` is empty).
+    Takes inputs of any shape. The features are the activations of the last
+    hidden layer (the flattened input if ``hidden`` is empty).
 
     Args:
-        input_shape: Shape of one sample, any rank.
-        num_classes: Number of classes.
         hidden: Widths of the hidden layers.
     """
 
@@ -78,17 +69,31 @@ class MLP(FedModel):
         layers: list[nn.Module] = [nn.Flatten()]
         for d_in, d_out in zip(widths, widths[1:]):
             layers += [nn.Linear(d_in, d_out), nn.ReLU()]
-        self.body = nn.Sequential(*layers)
-        self.feature_dim = widths[-1]
-        self.classifier = nn.Linear(self.feature_dim, num_classes)
-
-    def features(self, x: torch.Tensor) -> torch.Tensor:
-        return self.body(x)
+        self.set_body(nn.Sequential(*layers), widths[-1])
 
 
-def _lenet_side(n: int, pad: int) -> int:
-    """Side length after LeNet5's conv5-pool2-conv5-pool2 chain with the given padding."""
-    return ((n + 2 * pad - 4) // 2 + 2 * pad - 4) // 2
+def _two_conv_body(
+    shape: tuple[int, ...], widths: tuple[int, int], fc: int, pad: int, conv_relu: bool
+) -> nn.Sequential:
+    """Body of LeNet5 and the FedAvg CNN: two 5x5 conv(-ReLU)-max-pool(2) blocks, flatten, fc + ReLU.
+
+    Args:
+        shape: Input image shape (C, H, W).
+        widths: Output channels of the two convolutions.
+        fc: Width of the fc layer (the feature dimension).
+        pad: Padding of both convolutions.
+        conv_relu: Whether a ReLU follows each convolution.
+    """
+    c, h, w = shape
+
+    def block(c_in: int, c_out: int) -> list[nn.Module]:
+        return [nn.Conv2d(c_in, c_out, 5, padding=pad), *([nn.ReLU()] if conv_relu else []), nn.MaxPool2d(2)]
+
+    def side(n: int) -> int:
+        return ((n + 2 * pad - 4) // 2 + 2 * pad - 4) // 2
+
+    flat = widths[1] * side(h) * side(w)
+    return nn.Sequential(*block(c, widths[0]), *block(*widths), nn.Flatten(), nn.Linear(flat, fc), nn.ReLU())
 
 
 class LeNet5(FedModel):
@@ -96,58 +101,32 @@ class LeNet5(FedModel):
 
     431,080 parameters on (1, 28, 28) with 10 classes. The convolutions are
     unpadded as in Caffe; for inputs smaller than 16x16 they use padding 2, so
-    that inputs down to 4x4 work. The features are the 500 fc activations.
-
-    Args:
-        input_shape: Image shape (C, H, W) with H, W >= 4.
-        num_classes: Number of classes.
+    that images (C, H, W) down to 4x4 work. The features are the 500 fc activations.
     """
 
     name = "lenet5"
+    min_side = 4
 
     def __init__(self, input_shape: tuple[int, ...], num_classes: int):
         super().__init__(input_shape, num_classes)
-        c, h, w = check_image(self.name, self.input_shape, min_hw=4)
-        pad = 0 if min(h, w) >= 16 else 2
-        flat = 50 * _lenet_side(h, pad) * _lenet_side(w, pad)
-        self.body = nn.Sequential(
-            nn.Conv2d(c, 20, 5, padding=pad), nn.MaxPool2d(2),
-            nn.Conv2d(20, 50, 5, padding=pad), nn.MaxPool2d(2),
-            nn.Flatten(), nn.Linear(flat, 500), nn.ReLU(),
-        )  # fmt: skip
-        self.feature_dim = 500
-        self.classifier = nn.Linear(500, num_classes)
-
-    def features(self, x: torch.Tensor) -> torch.Tensor:
-        return self.body(x)
+        pad = 0 if min(self.input_shape[1:]) >= 16 else 2
+        self.set_body(_two_conv_body(self.input_shape, (20, 50), 500, pad, conv_relu=False), 500)
 
 
 class FedAvgCNN(FedModel):
     """The CNN of McMahan et al., 2017: two 5x5 conv-ReLU-pool blocks (32, 64), fc 512, fc.
 
-    1,663,370 parameters on (1, 28, 28) with 10 classes; the flatten size is
-    ``64 * (H // 4) * (W // 4)``. The features are the 512 fc activations.
-
-    Args:
-        input_shape: Image shape (C, H, W) with H, W >= 4.
-        num_classes: Number of classes.
+    1,663,370 parameters on (1, 28, 28) with 10 classes. Takes images (C, H, W)
+    with H, W >= 4; the flatten size is ``64 * (H // 4) * (W // 4)``. The features
+    are the 512 fc activations.
     """
 
     name = "cnn"
+    min_side = 4
 
     def __init__(self, input_shape: tuple[int, ...], num_classes: int):
         super().__init__(input_shape, num_classes)
-        c, h, w = check_image(self.name, self.input_shape, min_hw=4)
-        self.body = nn.Sequential(
-            nn.Conv2d(c, 32, 5, padding=2), nn.ReLU(), nn.MaxPool2d(2),
-            nn.Conv2d(32, 64, 5, padding=2), nn.ReLU(), nn.MaxPool2d(2),
-            nn.Flatten(), nn.Linear(64 * (h // 4) * (w // 4), 512), nn.ReLU(),
-        )  # fmt: skip
-        self.feature_dim = 512
-        self.classifier = nn.Linear(512, num_classes)
-
-    def features(self, x: torch.Tensor) -> torch.Tensor:
-        return self.body(x)
+        self.set_body(_two_conv_body(self.input_shape, (32, 64), 512, pad=2, conv_relu=True), 512)
 
 
 class VGG11s(FedModel):
@@ -155,19 +134,16 @@ class VGG11s(FedModel):
 
     865,482 parameters on (3, 32, 32) with 10 classes. Max-pools use
     ``ceil_mode=True`` and a global average pool precedes the FC stack, so every
-    input size gives a 128-d vector; both are no-ops at 32x32. The features are
-    the activations of the second 128-unit FC layer.
-
-    Args:
-        input_shape: Image shape (C, H, W), any H, W >= 1.
-        num_classes: Number of classes.
+    image size (C, H, W), H, W >= 1, gives a 128-d vector; both are no-ops at 32x32.
+    The features are the activations of the second 128-unit FC layer.
     """
 
     name = "vgg11s"
+    min_side = 1
 
     def __init__(self, input_shape: tuple[int, ...], num_classes: int):
         super().__init__(input_shape, num_classes)
-        channels = check_image(self.name, self.input_shape)[0]
+        channels = self.input_shape[0]
         layers: list[nn.Module] = []
         for item in _VGG11S_LAYOUT:
             if item == "M":
@@ -177,12 +153,7 @@ class VGG11s(FedModel):
                 channels = item
         layers += [nn.AdaptiveAvgPool2d(1), nn.Flatten()]
         layers += [nn.Linear(128, 128), nn.ReLU(), nn.Linear(128, 128), nn.ReLU()]
-        self.body = nn.Sequential(*layers)
-        self.feature_dim = 128
-        self.classifier = nn.Linear(128, num_classes)
-
-    def features(self, x: torch.Tensor) -> torch.Tensor:
-        return self.body(x)
+        self.set_body(nn.Sequential(*layers), 128)
 
 
 class LSTMClassifier(FedModel):
@@ -194,8 +165,6 @@ class LSTMClassifier(FedModel):
     parameters on (1, 28, 28) with 10 classes.
 
     Args:
-        input_shape: (D,), (T, F) or (C, H, W).
-        num_classes: Number of classes.
         hidden_size: Hidden units per LSTM layer.
         num_layers: Number of stacked LSTM layers.
     """
