@@ -1,5 +1,7 @@
 """Partitioners: balancedness (eq 2.5), iid, Dirichlet + Sinkhorn, shards, counts and the figure."""
 
+import re
+
 import numpy as np
 import pytest
 from matplotlib.figure import Figure
@@ -187,6 +189,55 @@ def test_partition_dispatches_and_is_seeded(fmnist_labels):
 def test_partition_unknown_method_lists_valid():
     with pytest.raises(ValueError, match="iid, dirichlet, shards"):
         partition(np.zeros(10, np.int64), 2, "pathological", seed=0)
+
+
+# Refusing splits that leave a client without samples -------------------------------------------
+
+
+def refusal(labels, num_clients, method, **kwargs):
+    """The one-line message with which partition refuses the split, and its number of empty clients."""
+    with pytest.raises(ValueError) as err:
+        partition(labels, num_clients, method, seed=0, **kwargs)
+    message = str(err.value)
+    assert "\n" not in message
+    empty = re.search(rf"leaves (?:at least )?(\d+) of {num_clients} clients without samples", message)
+    assert empty, message
+    assert f"({len(labels)} training samples)" in message and "data.train_limit" in message
+    return message, int(empty.group(1))
+
+
+@pytest.mark.parametrize("alpha", [0.01, 0.1, 1.0, 100.0])
+def test_dirichlet_with_too_few_samples_per_client_is_refused(fmnist_labels, alpha):
+    # 1.5 samples per client: the per-class rounding leaves clients empty, the more the larger alpha.
+    message, empty = refusal(fmnist_labels[:1500], 1000, "dirichlet", alpha=alpha)
+    assert message.startswith(f"partition 'dirichlet' (alpha {alpha:g}) leaves {empty} of 1000 clients")
+    assert 0 < empty < 1000 and "data.alpha" in message
+
+
+def test_shards_with_too_few_samples_per_shard_are_refused(fmnist_labels):
+    message, empty = refusal(fmnist_labels[:1500], 1000, "shards", classes_per_client=2)
+    assert message.startswith(f"partition 'shards' (classes_per_client 2) leaves {empty} of 1000 clients")
+    assert 0 < empty < 1000 and "data.classes_per_client" in message and "about 2000 samples" in message
+
+
+@pytest.mark.parametrize("method", ["iid", "dirichlet", "shards"])
+def test_fewer_samples_than_clients_is_refused(fmnist_labels, method):
+    message, empty = refusal(fmnist_labels[:500], 1000, method)
+    assert empty == 500 and "leaves at least 500 of 1000" in message
+    assert message.endswith("use at most 500 clients or more samples (data.train_limit)")
+
+
+@pytest.mark.parametrize("method", ["iid", "dirichlet", "shards"])
+def test_sizes_rounded_to_zero_by_balancedness_are_refused(fmnist_labels, method):
+    # G = 0.5 with 1.5 samples per client: eq 2.5 gives 845 clients a size of 0 (the 10% floor is 0.15).
+    assert (balanced_sizes(1500, 1000, 0.5) == 0).sum() == 845
+    message, empty = refusal(fmnist_labels[:1500], 1000, method, balancedness=0.5)
+    assert empty == 845 and "balancedness 0.5" in message and "data.balancedness" in message
+
+
+def test_one_sample_per_client_is_accepted():
+    splits = partition(np.arange(50) % 5, 50, "iid", seed=0)
+    assert [len(s) for s in splits] == [1] * 50
 
 
 def test_label_counts_hand_example():
