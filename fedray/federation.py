@@ -126,9 +126,9 @@ class Federation:
 
     Args:
         config: the validated config.
-        run_dir: folder for event files, ``config.yaml``, ``checkpoint.pt`` and ``result.json``.
+        run_dir: folder for event files, ``config.yaml``, ``checkpoint.pkl`` and ``result.json``.
         executor_factory: builds the executor that reaches the clients.
-        resume: continue from ``run_dir/checkpoint.pt`` instead of starting at round 1.
+        resume: continue from ``run_dir/checkpoint.pkl`` instead of starting at round 1.
         tree_factory: builds clustered FL's parameter tree (the ``ParameterTreeActor`` under Ray).
         checkpoints: False writes no checkpoint (reproduction grids, benchmarks); the run cannot be resumed.
         method: the resolved method (default: ``resolve(config)``); the Ray driver resolves once and
