@@ -5,8 +5,8 @@ import json
 import numpy as np
 
 from fedray.cli import main
-from fedray.tracking import read_scalars
 from fedray.federation import CHECKPOINT, read_checkpoint
+from fedray.tracking import read_scalars
 
 
 def test_run_then_extend_with_resume_matches_a_longer_run(tmp_path, capsys):

@@ -3,12 +3,12 @@
 import numpy as np
 import torch
 
-from tests.support import make_strategy
 from fedray.algorithms.dsgd import GradientUpload
 from fedray.algorithms.fedprox import FedProxClient, FedProxParams
 from fedray.config import build_config
 from fedray.messages import ClientSpec, ClientUpdate
 from fedray.weights import weighted_mean
+from tests.support import make_strategy
 
 
 class Tiny(torch.nn.Module):

@@ -14,8 +14,8 @@ from fedray.algorithms import ServerContext
 from fedray.algorithms.base import VirtualClient
 from fedray.clients import model_builder, run_task
 from fedray.config import build_config
-from fedray.experiment import resolve
 from fedray.data.datasets import load_dataset
+from fedray.experiment import resolve
 from fedray.messages import ClientSpec, ClientUpdate
 from fedray.parameter_tree import ParameterTree
 from tests.support import make_strategy

@@ -3,13 +3,13 @@
 import numpy as np
 import torch
 
-from tests.support import make_strategy
-from fedray.clients import LocalExecutor
 from fedray.algorithms.signsgd import VoteTotal
+from fedray.clients import LocalExecutor
 from fedray.compression import CodedUpdate, decode_tensor, encode_tensor, golomb
 from fedray.config import build_config
 from fedray.federation import Federation
 from fedray.messages import ClientSpec, ClientUpdate
+from tests.support import make_strategy
 
 
 class Line(torch.nn.Module):

@@ -4,12 +4,12 @@ import numpy as np
 import pytest
 import torch
 
-from tests.support import make_strategy
 from fedray.clients import LocalExecutor
 from fedray.compression import CodedUpdate, encode_tensor
 from fedray.config import build_config
 from fedray.federation import Federation
 from fedray.messages import ClientFailure, ClientSpec, ClientUpdate
+from tests.support import make_strategy
 
 
 class Line(torch.nn.Module):

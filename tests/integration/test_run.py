@@ -5,17 +5,15 @@ import json
 import numpy as np
 import pytest
 import ray
-import torch
 
 from actors.client import ClientActorLost, RayExecutor
 from actors.driver import root_cause
-from fedray.runner import RunFailed, run_experiment
 from fedray.federation import CHECKPOINT, Federation, read_checkpoint
 from fedray.messages import ClientFailure, ClientTask, RoundPlan
+from fedray.runner import ERROR_LOG, RunFailed, run_experiment
 from fedray.tracking import read_scalars
 from fedray.weights import nbytes
 import tests.faulty_method as faulty
-from fedray.runner import ERROR_LOG
 from tests.integration.conftest import small_config
 from tests.test_runner import assert_full_story
 
