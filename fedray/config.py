@@ -69,7 +69,10 @@ class AuxConfig(_Section):
     training part instead, converted to the run's input shape (channels and side length), e.g.
     scikit-learn ``digits`` resized to 28x28 as out-of-domain data. Only the inputs are kept: the
     labels of auxiliary samples are dropped when the set is built and can never reach training.
-    ``size: 0`` means no auxiliary data.
+    ``size: 0`` means no auxiliary data. ``negatives``: the fraction set apart, with one seeded
+    permutation, as FedAUX's negative set D^- (its clients' certainty scores separate their own data
+    from it); the rest is the distillation set of every distillation method, so that methods compared
+    in one grid distil on the same inputs (FedAUX, section 7.2: 20% / 80%).
     """
 
     dataset: Optional[str] = None
@@ -77,6 +80,33 @@ class AuxConfig(_Section):
     root: Optional[str] = None
     options: dict[str, Any] = Field(default_factory=dict)
     seed: int = 0
+    negatives: float = Field(0.0, ge=0, lt=1)
+
+
+class PretrainConfig(_Section):
+    """Self-supervised pre-training of every architecture's feature extractor h_0 on the auxiliary
+    data (FedAUX's P1: SimCLR, Chen et al. 2020), in the server actor, before round one.
+
+    ``epochs: 0`` (default) turns it off. Every method starts from h_0 with a freshly initialised
+    head (the FedAUX paper's "+P" baselines); ``freeze_features: true`` then trains only the head,
+    locally and in distillation ("+L", linear evaluation). The projection head (``projection_dim``)
+    is thrown away after pre-training. Results are cached on disk (``cache_dir``; default
+    ``$FEDRAY_CACHE`` or ``~/.cache/fedray``), keyed by architecture, auxiliary data, the run's seed
+    (which draws the initial model and the augmentations) and these settings, so a grid of runs
+    pre-trains each architecture once per seed.
+    """
+
+    epochs: int = Field(0, ge=0)
+    batch_size: int = Field(256, ge=2)
+    lr: float = Field(1e-3, gt=0)
+    weight_decay: float = Field(1e-6, ge=0)
+    temperature: float = Field(0.5, gt=0)
+    projection_dim: int = Field(128, ge=1)
+    min_crop: float = Field(0.2, gt=0, le=1)  # smallest area fraction of a random resized crop
+    flip: bool = True  # random horizontal flips (turn off for data where left and right differ)
+    jitter: float = Field(0.4, ge=0)  # colour jitter strength on colour images; grey images get none
+    cache_dir: Optional[str] = None
+    freeze_features: bool = False
 
 
 class TrainingConfig(_Section):
@@ -180,6 +210,7 @@ class Config(_Section):
     federation: FederationConfig = Field(default_factory=FederationConfig)
     training: TrainingConfig = Field(default_factory=TrainingConfig)
     aux: AuxConfig = Field(default_factory=AuxConfig)
+    pretrain: PretrainConfig = Field(default_factory=PretrainConfig)
     algorithm: AlgorithmConfig = Field(default_factory=AlgorithmConfig)
     runtime: RuntimeConfig = Field(default_factory=RuntimeConfig)
 
@@ -188,6 +219,16 @@ class Config(_Section):
         if self.data.groups > self.federation.num_clients:
             raise ValueError(f"data.groups = {self.data.groups} exceeds federation.num_clients = "
                              f"{self.federation.num_clients}")
+        return self
+
+    @model_validator(mode="after")
+    def _pretrain_needs_aux(self) -> "Config":
+        if self.pretrain.epochs and self.aux.size == 0:
+            raise ValueError(f"pretrain.epochs = {self.pretrain.epochs} pre-trains on the auxiliary data, "
+                             f"but aux.size = 0; set aux.size (e.g. aux.size=5000)")
+        if self.pretrain.freeze_features and not self.pretrain.epochs:
+            raise ValueError("pretrain.freeze_features trains only the head on pre-trained features; "
+                             "set pretrain.epochs too")
         return self
 
     def to_dict(self) -> dict[str, Any]:
