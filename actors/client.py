@@ -38,16 +38,17 @@ class RayExecutor:
     that happened to draw more of its clients.
     """
 
-    def __init__(self, config: Config, method: Method, specs: list[ClientSpec], data):
+    def __init__(self, config: Config, method: Method, specs: list[ClientSpec], data,
+                 initial_models: dict[str, Any] | None = None):
         rt = config.runtime
         resources = ray.cluster_resources()
         n = num_client_actors(len(specs), rt, resources.get("CPU", 0.0), resources.get("GPU", 0.0))
         remote = ray.remote(num_cpus=rt.actor_cpus, num_gpus=rt.actor_gpus)(ClientActor)
         x_ref, y_ref, specs_ref = ray.put(data.train_x), ray.put(data.train_y), ray.put(specs)
-        aux_ref = ray.put(data.aux_x)
+        aux_ref, initial_ref = ray.put(data.aux_x), ray.put(initial_models)
         self.groups = assign_clients(specs, n)
         self.actors = [remote.remote(config, method, specs_ref, x_ref, y_ref, data.num_classes, rt.actor_gpus,
-                                     [c.client_id for c in group], aux_x=aux_ref)
+                                     [c.client_id for c in group], aux_x=aux_ref, initial_models=initial_ref)
                        for group in self.groups]
         self.owner = {spec.client_id: actor for actor, group in zip(self.actors, self.groups) for spec in group}
         self.sizes = {spec.client_id: spec.num_samples for spec in specs}

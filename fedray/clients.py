@@ -59,22 +59,27 @@ def byzantine_update(algorithm: ClientAlgorithm, task: ClientTask, theta: Weight
 def run_task(algorithm: ClientAlgorithm, task: ClientTask, downloads: tuple[Any, ...],
              client: VirtualClient) -> ClientUpdate:
     """One client's round: the method's ``receive``, ``train`` (an adversary's drawn update in its
-    place) and ``upload``, timed, with the upload's bytes counted. A failure becomes a
-    ``ClientFailure`` naming the client, the round, the step and the whole traceback."""
+    place) and ``upload``, timed, with the upload's bytes counted; in round 0 the method's
+    ``prepare``. A failure becomes a ``ClientFailure`` naming the client, the round, the step and the
+    whole traceback."""
     start = time.perf_counter()
-    stage = "download"
+    stage, metrics = "download", {}
     try:
-        theta = algorithm.receive(task, downloads, client)
-        stage = "local training"
-        if client.spec.role == "byzantine":
-            local = byzantine_update(algorithm, task, theta)
+        if task.round == 0:  # the method's one-time preparation (FedAUX: certainty scores)
+            stage = "preparation"
+            payload = algorithm.prepare(task, downloads, client)
         else:
-            local = algorithm.train(task, theta, client)
-        stage = "upload"
-        payload = algorithm.upload(task, theta, local, client)
+            theta = algorithm.receive(task, downloads, client)
+            stage = "local training"
+            if client.spec.role == "byzantine":
+                local = byzantine_update(algorithm, task, theta)
+            else:
+                local = algorithm.train(task, theta, client)
+            stage, metrics = "upload", local.metrics
+            payload = algorithm.upload(task, theta, local, client)
     except Exception as err:  # name the client and the step; keep the whole traceback as text
         raise ClientFailure(task.client_id, task.round, stage, one_line(err), traceback.format_exc()) from err
-    metrics = {**local.metrics, "time_s": time.perf_counter() - start}
+    metrics = {**metrics, "time_s": time.perf_counter() - start}
     return ClientUpdate(task.client_id, task.arch, client.num_samples, payload, nbytes(payload), metrics)
 
 
@@ -93,16 +98,19 @@ class ClientHost:
             ``specs``). Other clients of ``specs`` are served on demand, only for stateless methods.
         threads: torch threads (default ``runtime.torch_threads``, else the actor's whole CPUs).
         aux_x: unlabelled auxiliary inputs (distillation methods), copied once to this host's device.
+        initial_models: theta^0 of each architecture, as the server has it (pre-trained features);
+            None: the seeded initialisation, built here when a method needs it.
     """
 
     def __init__(self, config: Config, method: Method, specs: list[ClientSpec], train_x: np.ndarray,
                  train_y: np.ndarray, num_classes: int, gpus: float = 0.0, home: list[int] | None = None,
-                 threads: int | None = None, aux_x: np.ndarray | None = None):
+                 threads: int | None = None, aux_x: np.ndarray | None = None,
+                 initial_models: dict[str, Weights] | None = None):
         torch.set_num_threads(threads or config.runtime.torch_threads or max(1, int(config.runtime.actor_cpus)))
         self.device = resolve_device(config.runtime.device, gpus)
         build = model_builder(config, train_x.shape[1:], num_classes)
         aux = None if aux_x is None else torch.from_numpy(np.array(aux_x)).to(self.device)  # own, writable copy
-        self.algorithm = method.make_client(config, build, self.device, aux)
+        self.algorithm = method.make_client(config, build, self.device, aux, initial_models)
         self.config, self.num_classes = config, num_classes
         self.train_x, self.train_y = train_x, train_y
         self.specs = {spec.client_id: spec for spec in specs}
@@ -153,10 +161,11 @@ class ClientHost:
 class LocalExecutor:
     """Runs every client in this process, one after another (``runtime.backend: local``)."""
 
-    def __init__(self, config: Config, method: Method, specs: list[ClientSpec], data):
+    def __init__(self, config: Config, method: Method, specs: list[ClientSpec], data,
+                 initial_models: dict[str, Weights] | None = None):
         threads = config.runtime.torch_threads or os.cpu_count() or 1
         self.host = ClientHost(config, method, specs, data.train_x, data.train_y, data.num_classes, threads=threads,
-                               aux_x=data.aux_x)
+                               aux_x=data.aux_x, initial_models=initial_models)
 
     def execute(self, plan) -> list[ClientUpdate]:
         updates = [self.host.run(t, *(plan.broadcast[k] for k in t.payload_keys)) for t in plan.tasks]

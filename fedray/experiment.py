@@ -20,6 +20,7 @@ from fedray.algorithms.base import ClientAlgorithm, Params, ServerContext, Strat
 from fedray.config import Config, ConfigError, format_error
 from fedray.data import dataset_names
 from fedray.models import model_names
+from fedray.weights import Weights
 
 
 @dataclass(frozen=True)
@@ -42,14 +43,16 @@ class Method:
         return self.strategy(self.params, ctx)
 
     def make_client(self, config: Config, build_model: Callable[[str], torch.nn.Module], device: torch.device,
-                    aux_x: Optional[torch.Tensor] = None) -> ClientAlgorithm:
+                    aux_x: Optional[torch.Tensor] = None,
+                    initial_models: Optional[dict[str, Weights]] = None) -> ClientAlgorithm:
         """The client half for one host."""
-        return self.client(self.params, config, build_model, device, aux_x)
+        return self.client(self.params, config, build_model, device, aux_x, initial_models)
 
 
 def resolve(config: Config) -> Method:
     """The config's method with its parameters; raises ConfigError (one line) for an unknown method,
-    bad method parameters, a method without the auxiliary data it needs, or unknown data sets/models."""
+    bad method parameters, a config the method cannot run with (``Strategy.config_problem``, e.g. no
+    auxiliary data for distillation), or unknown data sets/models."""
     name = config.algorithm.name
     if name not in ALGORITHMS:
         raise ConfigError(f"bad config value algorithm.name = {name!r}: valid algorithms are {', '.join(sorted(ALGORITHMS))}")
@@ -58,9 +61,9 @@ def resolve(config: Config) -> Method:
         params = strategy.Params(**config.algorithm.model_dump(exclude={"name"}))
     except ValidationError as err:
         raise ConfigError(format_error(err, prefix="algorithm.")) from None
-    if strategy.needs_aux and config.aux.size == 0:
-        raise ConfigError(f"bad config value aux.size = 0: algorithm {name} distils on unlabelled "
-                          f"auxiliary data; set aux.size (e.g. aux.size=5000)")
+    problem = strategy.config_problem(config)
+    if problem:
+        raise ConfigError(problem)
     _check_names(config)
     return Method(strategy, params)
 

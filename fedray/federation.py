@@ -18,13 +18,15 @@ import numpy as np
 import torch
 
 from fedray.algorithms import ServerContext, Strategy
+from fedray.algorithms.helpers import initial_model
 from fedray.clients import model_builder
 from fedray.config import Config, save_config
 from fedray.data import DatasetBundle, label_counts, load_dataset, partition, partition_figure
-from fedray.data.auxiliary import aux_source, carve_aux, foreign_aux
+from fedray.data.auxiliary import aux_source, carve_aux, foreign_aux, split_negatives
 from fedray.data.shifts import adversary_ids, apply_group, client_groups
 from fedray.experiment import Method, resolve
 from fedray.messages import ClientSpec, ClientUpdate, RoundPlan, RoundResult
+from fedray.pretrain import pretrained_weights
 from fedray.tracking import RunWriter
 from fedray.training import evaluate, resolve_device
 from fedray.weights import Weights, nbytes, set_weights
@@ -40,7 +42,7 @@ class Executor(Protocol):
     def shutdown(self) -> None: ...
 
 
-ExecutorFactory = Callable[[Config, Method, list[ClientSpec], DatasetBundle], Executor]
+ExecutorFactory = Callable[[Config, Method, list[ClientSpec], DatasetBundle, dict[str, Weights]], Executor]
 
 
 def write_checkpoint(path: Path, state: dict[str, Any]) -> None:
@@ -75,7 +77,8 @@ def load_data(config: Config) -> DatasetBundle:
     """The configured data set, cut to ``train_limit``/``test_limit`` samples (seeded subsets).
 
     Auxiliary data (``aux:``) is set apart first: carved out of the training set, so that clients
-    never hold it, or taken from another data set; only its inputs are kept (``bundle.aux_x``).
+    never hold it, or taken from another data set; only its inputs are kept (``bundle.aux_x``), and
+    with ``aux.negatives`` a fraction of them goes to FedAUX's negative set (``bundle.negatives_x``).
     """
     d, a = config.data, config.aux
     bundle = load_dataset(d.dataset, d.root, **d.options)
@@ -84,6 +87,8 @@ def load_data(config: Config) -> DatasetBundle:
     elif a.size:
         source = aux_source(load_dataset, a.dataset, a.root, **a.options)
         bundle.aux_x = foreign_aux(source, a.size, a.seed, bundle.input_shape)
+    if a.size and a.negatives:
+        bundle.aux_x, bundle.negatives_x = split_negatives(bundle.aux_x, a.negatives, a.seed)
     rng = np.random.default_rng([d.seed, 0xDA7A])
     if d.train_limit is not None and d.train_limit < len(bundle.train_y):
         if bundle.client_split is not None:
@@ -94,6 +99,25 @@ def load_data(config: Config) -> DatasetBundle:
         keep = np.sort(rng.permutation(len(bundle.test_y))[: d.test_limit])
         bundle.test_x, bundle.test_y = bundle.test_x[keep], bundle.test_y[keep]
     return bundle
+
+
+def initial_models(config: Config, architectures: list[str], build: Callable[[str], torch.nn.Module],
+                   data: DatasetBundle, device: torch.device) -> tuple[dict[str, Weights], dict[str, dict[str, Any]]]:
+    """theta^0 of every architecture, and what pre-training did for each.
+
+    The seeded initialisation; with ``pretrain.epochs`` its feature extractor is pre-trained with
+    SimCLR on all the auxiliary data (D_distill and D^-; FedAUX Alg. 1's P1), here in the server
+    (actor) before round one, or read from the cache a previous run with the same settings wrote.
+    """
+    if not config.pretrain.epochs:
+        return {arch: initial_model(build, arch, config.seed) for arch in architectures}, {}
+    aux = data.aux_x if data.negatives_x is None else np.concatenate([data.aux_x, data.negatives_x])
+    models, info = {}, {}
+    for arch in architectures:
+        key = {"input_shape": list(data.input_shape), "num_classes": data.num_classes,
+               "options": config.federation.model_options.get(arch, {})}
+        models[arch], info[arch] = pretrained_weights(build, arch, aux, config.pretrain, config.seed, device, key)
+    return models, info
 
 
 def make_clients(config: Config, bundle: DatasetBundle, pools_data: bool) -> list[ClientSpec]:
@@ -148,8 +172,13 @@ class Federation:
         self.data = load_data(config)
         self.clients = make_clients(config, self.data, self.method.strategy.pools_data)
         build = model_builder(config, self.data.input_shape, self.data.num_classes)
+        self.counts = label_counts(self.data.train_y, [c.indices for c in self.clients], self.data.num_classes)
+        self.initial, self.pretrained = initial_models(config, list(dict.fromkeys(c.arch for c in self.clients)),
+                                                       build, self.data, self.device)
         context = ServerContext(config, self.clients, build, tree_factory, aux_x=self.data.aux_x,
-                                test_x=self.data.test_x, test_y=self.data.test_y, device=self.device)
+                                test_x=self.data.test_x, test_y=self.data.test_y, device=self.device,
+                                initial_models=self.initial, negatives_x=self.data.negatives_x,
+                                label_counts=self.counts, class_names=self.data.classes)
         self.strategy: Strategy = self.method.make_strategy(context)
         self._build = build
         self._eval_models: dict[str, torch.nn.Module] = {}
@@ -158,7 +187,7 @@ class Federation:
         self.totals = {"comm/bytes_up_total": 0.0, "comm/bytes_down_total": 0.0}
         self.history: list[dict[str, float]] = []
         checkpoint = self._read_checkpoint() if resume else None
-        self.executor = executor_factory(config, self.method, self.clients, self.data)
+        self.executor = executor_factory(config, self.method, self.clients, self.data, self.initial)
         save_config(config, self.run_dir / "config.yaml")  # on resume, records an extended round count
         if checkpoint is not None:
             self._restore(checkpoint)
@@ -166,6 +195,7 @@ class Federation:
         else:
             self.writer = RunWriter(self.run_dir)
             self._log_setup()
+            self._prepare()
 
     # -- one round -------------------------------------------------------------------------------
     def run_round(self) -> RoundResult:
@@ -176,11 +206,7 @@ class Federation:
         updates = self.executor.execute(plan)
         clients_done = time.perf_counter()
         metrics = dict(self.strategy.aggregate(self.round, updates))
-        for tag, item in self.strategy.artifacts(self.round).items():
-            if isinstance(item, str):
-                self.writer.log_text(tag, item, self.round)
-            else:
-                self.writer.log_figure(tag, item, self.round)
+        self._log_artifacts(self.round)
         metrics.update(self._communication(plan, updates))
         metrics["time/clients_s"] = clients_done - start
         metrics["time/aggregate_s"] = time.perf_counter() - clients_done
@@ -244,6 +270,9 @@ class Federation:
             "comm": dict(self.totals),
             "executor": self.executor.describe(),
         }
+        if self.pretrained:
+            summary["pretrain"] = {arch: {k: info[k] for k in ("cached", "seconds", "path")} | {"loss": info["loss"][-1:]}
+                                   for arch, info in self.pretrained.items()}
         summary.update(self.strategy.summary())
         (self.run_dir / "result.json").write_text(json.dumps(summary, indent=2))
         self.writer.close()
@@ -279,5 +308,29 @@ class Federation:
 
     def _log_setup(self) -> None:
         self.writer.log_config(self.config.to_dict(), ["eval/accuracy", "eval/loss"])
-        counts = label_counts(self.data.train_y, [c.indices for c in self.clients], self.data.num_classes)
-        self.writer.log_figure("data/partition", partition_figure(counts, self.data.classes))
+        self.writer.log_figure("data/partition", partition_figure(self.counts, self.data.classes))
+        for arch, info in self.pretrained.items():
+            for epoch, loss in enumerate(info["loss"], start=1):
+                self.writer.log_scalars(epoch, {f"pretrain/loss/{arch}": loss})
+            self.writer.log_text(f"pretrain/{arch}", f"{'from the cache' if info['cached'] else 'pre-trained'} in "
+                                 f"{info['seconds']:.1f} s: {info['path']}")
+
+    def _prepare(self) -> None:
+        """The method's one-time preparation (``Strategy.prepare``), logged and counted as round 0."""
+        plan = self.strategy.prepare()
+        if plan is None:
+            return
+        updates = self.executor.execute(plan)
+        metrics = dict(self.strategy.prepared(updates))
+        metrics.update(self._communication(plan, updates))
+        self._log_artifacts(0)
+        self.writer.log_scalars(0, metrics)
+
+    def _log_artifacts(self, round: int) -> None:
+        for tag, item in self.strategy.artifacts(round).items():
+            if isinstance(item, str):
+                self.writer.log_text(tag, item, round)
+            elif isinstance(item, np.ndarray):
+                self.writer.log_histogram(tag, item, round)
+            else:
+                self.writer.log_figure(tag, item, round)

@@ -47,6 +47,10 @@ class RunWriter:
             self.writer.add_scalar(tag, value, step)
         self.writer.flush()
 
+    def log_histogram(self, tag: str, values, step: int = 0) -> None:
+        """A histogram of ``values`` (TensorBoard's Histograms and Distributions tabs)."""
+        self.writer.add_histogram(tag, values, step)
+
     def log_figure(self, tag: str, figure, step: int = 0) -> None:
         self.writer.add_figure(tag, figure, step)
 

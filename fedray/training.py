@@ -18,13 +18,23 @@ from fedray.config import TrainingConfig
 ExtraLoss = Callable[[torch.nn.Module], torch.Tensor]
 
 
-def make_optimizer(model: torch.nn.Module, cfg: TrainingConfig) -> torch.optim.Optimizer:
-    """The optimiser named in ``cfg`` (local training, or ``DistillParams`` with the same fields)."""
+def make_optimizer(model: torch.nn.Module, cfg: TrainingConfig, freeze_features: bool = False) -> torch.optim.Optimizer:
+    """The optimiser named in ``cfg`` (local training, or ``DistillParams`` with the same fields), over
+    every parameter, or over the head's alone with ``freeze_features`` (FedAUX's "+L" setting)."""
+    params = model.classifier.parameters() if freeze_features else model.parameters()
     if cfg.optimizer == "sgd":
-        return torch.optim.SGD(
-            model.parameters(), lr=cfg.lr, momentum=cfg.momentum, weight_decay=cfg.weight_decay
-        )
-    return torch.optim.Adam(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
+        return torch.optim.SGD(params, lr=cfg.lr, momentum=cfg.momentum, weight_decay=cfg.weight_decay)
+    return torch.optim.Adam(params, lr=cfg.lr, weight_decay=cfg.weight_decay)
+
+
+def train_mode(model: torch.nn.Module, freeze_features: bool = False) -> None:
+    """``model.train()``; with ``freeze_features`` the feature extractor stays in eval mode, so that
+    frozen features do not even move their BatchNorm statistics."""
+    model.train()
+    if freeze_features:
+        for name, child in model.named_children():
+            if name != "classifier":
+                child.eval()
 
 
 def num_local_steps(num_samples: int, cfg: TrainingConfig) -> int:
@@ -56,6 +66,7 @@ def local_train(
     cfg: TrainingConfig,
     generator: torch.Generator,
     extra_loss: Optional[ExtraLoss] = None,
+    freeze_features: bool = False,
 ) -> dict[str, float]:
     """Train ``model`` in place on (x, y); return the mean training loss and the step count.
 
@@ -65,9 +76,10 @@ def local_train(
         cfg: optimiser, learning rate, batch size, epochs or steps.
         generator: seeded CPU generator for the batch order.
         extra_loss: a term added to the data loss each step (FedProx's proximal term).
+        freeze_features: train the head only (``pretrain.freeze_features``).
     """
-    model.train()
-    optimizer = make_optimizer(model, cfg)
+    train_mode(model, freeze_features)
+    optimizer = make_optimizer(model, cfg, freeze_features)
     total, steps = 0.0, 0
     for idx in batch_indices(len(x), cfg.batch_size, num_local_steps(len(x), cfg), generator):
         idx = idx.to(x.device)

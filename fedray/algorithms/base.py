@@ -94,10 +94,22 @@ class ServerContext:
     test_x: Optional[np.ndarray] = None
     test_y: Optional[np.ndarray] = None
     device: torch.device = torch.device("cpu")
+    # theta^0 of each architecture (pre-trained features when ``pretrain.epochs``); None: seeded init
+    initial_models: Optional[dict[str, Weights]] = None
+    negatives_x: Optional[np.ndarray] = None  # FedAUX's negative set D^- (``aux.negatives``)
+    # for diagnostics only (a real server does not know them): clients x classes label counts
+    label_counts: Optional[np.ndarray] = None
+    class_names: Optional[list[str]] = None
 
     @property
     def architectures(self) -> list[str]:
         return list(dict.fromkeys(c.arch for c in self.clients))
+
+    def initial(self, arch: str) -> Weights:
+        """theta^0 of ``arch``: the run's initial model (pre-trained features, if any)."""
+        if self.initial_models is not None:
+            return dict(self.initial_models[arch])
+        return initial_model(self.build_model, arch, self.config.seed)
 
 
 def task_seed(seed: int, round: int, client_id: int) -> int:
@@ -127,13 +139,21 @@ class ClientAlgorithm:
     update_kind: ClassVar[type] = Trained
 
     def __init__(self, params: Params, config: Config, build_model: Callable[[str], torch.nn.Module],
-                 device: torch.device, aux_x: Optional[torch.Tensor] = None):
+                 device: torch.device, aux_x: Optional[torch.Tensor] = None,
+                 initial_models: Optional[dict[str, Weights]] = None):
         self.params = params
         self.config = config
         self.device = device
         self.aux_x = aux_x  # unlabelled auxiliary inputs on this host's device (distillation methods)
         self.build_model = build_model
         self._models: dict[str, torch.nn.Module] = {}
+        self._initial = initial_models or {}
+
+    def initial(self, arch: str) -> Weights:
+        """theta^0 of ``arch``, as the server has it (pre-trained features, if any); do not change it."""
+        if arch not in self._initial:
+            self._initial[arch] = initial_model(self.build_model, arch, self.config.seed)
+        return self._initial[arch]
 
     def model(self, arch: str) -> torch.nn.Module:
         """A working model of ``arch``, built once per host and reused across clients."""
@@ -144,6 +164,11 @@ class ClientAlgorithm:
     def init_state(self, client: VirtualClient) -> dict[str, Any]:
         """Persistent per-client state before round one (empty for stateless methods)."""
         return {}
+
+    def prepare(self, task: ClientTask, downloads: tuple[Any, ...], client: VirtualClient) -> Any:
+        """The method's one-time step before round one (round-0 tasks of ``Strategy.prepare``), e.g.
+        FedAUX's certainty scores; returns the upload. Methods without a preparation have none."""
+        raise TypeError(f"{type(self).__name__} has no preparation step, but got a round-0 task")
 
     # -- the three steps of a round, in the order the host calls them ------------------------------
     def receive(self, task: ClientTask, downloads: tuple[Any, ...], client: VirtualClient) -> Weights:
@@ -157,7 +182,8 @@ class ClientAlgorithm:
         set_weights(model, theta)
         generator = torch.Generator().manual_seed(task.seed)
         torch.manual_seed(task.seed)  # dropout and other in-model randomness
-        stats = local_train(model, client.x, client.y, self.config.training, generator, self.extra_loss(model, task))
+        stats = local_train(model, client.x, client.y, self.config.training, generator, self.extra_loss(model, task),
+                            self.config.pretrain.freeze_features)
         return Trained(get_weights(model), stats)
 
     def extra_loss(self, model: torch.nn.Module, task: ClientTask) -> Optional[ExtraLoss]:
@@ -174,7 +200,7 @@ class Strategy(ABC):
 
     Subclasses set ``name``, ``Params`` and ``Client`` and override hooks. ``pools_data`` makes the
     loop give each architecture one client holding the pooled training data (central baseline).
-    ``needs_aux`` makes the config demand unlabelled auxiliary data (``aux.size > 0``).
+    ``config_problem`` says what a config lacks for the method (``resolve`` reports it).
     ``state_attrs`` names the attributes a checkpoint holds.
     """
 
@@ -182,15 +208,18 @@ class Strategy(ABC):
     Params: ClassVar[type[Params]] = Params
     Client: ClassVar[type[ClientAlgorithm]] = ClientAlgorithm
     pools_data: ClassVar[bool] = False
-    needs_aux: ClassVar[bool] = False
     state_attrs: ClassVar[tuple[str, ...]] = ("models",)
 
     def __init__(self, params: Params, ctx: ServerContext):
         self.params = params
         self.ctx = ctx
         self.config = ctx.config
-        self.models: dict[str, Weights] = {arch: initial_model(ctx.build_model, arch, self.config.seed)
-                                           for arch in ctx.architectures}
+        self.models: dict[str, Weights] = {arch: ctx.initial(arch) for arch in ctx.architectures}
+
+    @classmethod
+    def config_problem(cls, config: Config) -> Optional[str]:
+        """What ``config`` lacks for this method, as one line naming the key to set; None if nothing."""
+        return None
 
     # -- hooks -----------------------------------------------------------------------------------
     def sample_clients(self, round: int) -> list[ClientSpec]:
@@ -210,6 +239,15 @@ class Strategy(ABC):
                  for c in clients]
         return RoundPlan(tasks=tasks, broadcast=broadcast)
 
+    def prepare(self) -> Optional[RoundPlan]:
+        """Tasks of round 0, the method's one-time preparation before round one (``ClientAlgorithm.prepare``),
+        or None (default). Run once per run, not again on resume: what it yields is checkpointed."""
+        return None
+
+    def prepared(self, updates: list[ClientUpdate]) -> dict[str, float]:
+        """Take the answers to ``prepare``'s tasks; return metrics to log at step 0."""
+        return {}
+
     @abstractmethod
     def aggregate(self, round: int, updates: list[ClientUpdate]) -> dict[str, float]:
         """Fold the round's updates into the server state; return metrics named as TensorBoard tags."""
@@ -222,7 +260,8 @@ class Strategy(ABC):
         return {}
 
     def artifacts(self, round: int) -> dict[str, Any]:
-        """Text (str) or matplotlib figures to log this round, by TensorBoard tag (default none)."""
+        """Text (str), histograms (numpy arrays) or matplotlib figures to log this round, by
+        TensorBoard tag (default none); round 0 is right after the preparation."""
         return {}
 
     def evaluate(self, evaluate_model: Callable[[str, Weights, int], dict[str, float]]) -> dict[str, float]:

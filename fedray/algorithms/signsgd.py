@@ -22,8 +22,7 @@ import numpy as np
 from pydantic import Field
 
 from fedray.algorithms.base import ClientAlgorithm, Params, ServerContext, Strategy, Trained, VirtualClient, task_seed
-from fedray.algorithms.helpers import (CatchUpCache, ModelCheck, group_by_arch, initial_model, mean_client_loss,
-                                       model_crc)
+from fedray.algorithms.helpers import CatchUpCache, ModelCheck, group_by_arch, mean_client_loss, model_crc
 from fedray.compression import CodedUpdate, decode_update, encode_update, majority_vote, sign
 from fedray.config import Config
 from fedray.messages import ClientTask, ClientUpdate, RoundPlan
@@ -58,16 +57,6 @@ def model_from_votes(initial: Weights, votes: Votes, step: float) -> Weights:
 
 class SignSGDClient(ClientAlgorithm):
     stateful = True  # the vote sum S_i stays on the host
-
-    def __init__(self, *args, **kwargs):
-        super().__init__(*args, **kwargs)
-        self._initial: dict[str, Weights] = {}
-
-    def initial(self, arch: str) -> Weights:
-        """theta^0: the same seeded initial model the server built."""
-        if arch not in self._initial:
-            self._initial[arch] = initial_model(self.build_model, arch, self.config.seed)
-        return self._initial[arch]
 
     def receive(self, task: ClientTask, downloads: tuple[Any, ...], client: VirtualClient) -> Weights:
         """S_i after the download (replaced by S, or plus the missed votes); theta = theta^0 + delta S_i."""

@@ -31,8 +31,7 @@ import numpy as np
 from pydantic import Field
 
 from fedray.algorithms.base import ClientAlgorithm, Params, ServerContext, Strategy, Trained, VirtualClient, task_seed
-from fedray.algorithms.helpers import (CatchUpCache, ModelCheck, group_by_arch, initial_model, mean_client_loss,
-                                       model_crc, sample_weights)
+from fedray.algorithms.helpers import CatchUpCache, ModelCheck, group_by_arch, mean_client_loss, model_crc, sample_weights
 from fedray.compression import CodedUpdate, compress_update, decode_update
 from fedray.messages import ClientTask, ClientUpdate, RoundPlan
 from fedray.weights import Weights, is_update, nbytes, weighted_mean
@@ -64,7 +63,7 @@ class STCClient(ClientAlgorithm):
         if downloads and not isinstance(downloads[0], CodedUpdate):  # the whole model
             theta = {k: np.array(v, copy=True) for k, v in downloads[0].items()}
         else:  # Alg. 7's init theta_i = theta, then every missed dtheta~, oldest first
-            theta = client.state.get("theta") or initial_model(self.build_model, task.arch, self.config.seed)
+            theta = client.state.get("theta") or dict(self.initial(task.arch))
             shapes = float_shapes(theta)
             for coded in downloads:
                 for name, delta in decode_update(coded.tensors, shapes).items():

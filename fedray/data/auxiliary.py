@@ -54,6 +54,18 @@ def foreign_aux(source: DatasetBundle, size: int, seed: int, input_shape: tuple[
     return to_input_shape(source.train_x[keep], input_shape, source.name)
 
 
+def split_negatives(aux_x: np.ndarray, fraction: float, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """(distillation set, negative set D^-): one seeded permutation of the auxiliary inputs, the first
+    ``fraction`` of it D^- (FedAUX Alg. 1: D^- and D_distill are disjoint; the authors' code drew two
+    independent permutations, so its parts could overlap)."""
+    order = np.random.default_rng([seed, 0xD15C]).permutation(len(aux_x))
+    cut = int(round(fraction * len(aux_x)))
+    if fraction and not 0 < cut < len(aux_x):
+        raise ValueError(f"bad config value aux.negatives = {fraction}: it leaves {cut} of {len(aux_x)} auxiliary "
+                         f"samples as negatives; both parts need at least one")
+    return aux_x[np.sort(order[cut:])], aux_x[np.sort(order[:cut])]
+
+
 def to_input_shape(x: np.ndarray, input_shape: tuple[int, ...], name: str) -> np.ndarray:
     """Images (N, C, H, W) to ``input_shape``: grey <-> colour by averaging or repeating channels,
     bilinear (antialiased) resizing of the sides."""

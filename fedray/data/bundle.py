@@ -34,6 +34,8 @@ class DatasetBundle:
             come federated (e.g. ``synthetic``); ``None`` otherwise.
         classes: Class names, if known.
         aux_x: Unlabelled auxiliary inputs for distillation (``fedray.data.auxiliary``), or ``None``.
+        negatives_x: The part of the auxiliary inputs set apart as FedAUX's negative set D^-
+            (``aux.negatives``), disjoint from ``aux_x``, or ``None``.
     """
 
     name: str
@@ -46,6 +48,7 @@ class DatasetBundle:
     client_split: list[np.ndarray] | None = None
     classes: list[str] | None = None
     aux_x: np.ndarray | None = None
+    negatives_x: np.ndarray | None = None
 
     def __post_init__(self) -> None:
         for part, x, y in (("train", self.train_x, self.train_y), ("test", self.test_x, self.test_y)):

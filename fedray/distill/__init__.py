@@ -6,7 +6,7 @@
   (eq. 5.11) and their bitstreams.
 """
 
-from fedray.distill.ensemble import aggregate_teachers, ensemble_accuracy, predict_logits
+from fedray.distill.ensemble import aggregate_teachers, ensemble_accuracy, predict_features, predict_logits
 from fedray.distill.loop import DistillParams, distill
 
-__all__ = ["DistillParams", "aggregate_teachers", "distill", "ensemble_accuracy", "predict_logits"]
+__all__ = ["DistillParams", "aggregate_teachers", "distill", "ensemble_accuracy", "predict_features", "predict_logits"]

@@ -21,6 +21,13 @@ def predict_logits(model: torch.nn.Module, x: torch.Tensor, batch_size: int = 51
     return torch.cat([model(x[i:i + batch_size]).float() for i in range(0, len(x), batch_size)])
 
 
+@torch.inference_mode()
+def predict_features(model: torch.nn.Module, x: torch.Tensor, batch_size: int = 512) -> torch.Tensor:
+    """The model's features h(x) (``model.features``) in eval mode, float32, on ``x``'s device."""
+    model.eval()
+    return torch.cat([model.features(x[i:i + batch_size]).float() for i in range(0, len(x), batch_size)])
+
+
 def aggregate_teachers(logits: torch.Tensor, mode: EnsembleMode = "mean_logits",
                        weights: Optional[torch.Tensor] = None, temperature: float = 1.0) -> torch.Tensor:
     """The ensemble's soft labels, shape (N, C), from K teachers' logits of shape (K, N, C).
@@ -45,6 +52,8 @@ def aggregate_teachers(logits: torch.Tensor, mode: EnsembleMode = "mean_logits",
     raise ValueError(f"unknown ensemble mode {mode!r}; valid modes are mean_logits, mean_probs")
 
 
-def ensemble_accuracy(logits: torch.Tensor, y: torch.Tensor, mode: EnsembleMode = "mean_logits") -> float:
-    """Test accuracy of the ensemble whose teachers produced ``logits`` (K, N, C) on labels ``y``."""
-    return float((aggregate_teachers(logits, mode).argmax(dim=1) == y).float().mean())
+def ensemble_accuracy(logits: torch.Tensor, y: torch.Tensor, mode: EnsembleMode = "mean_logits",
+                      weights: Optional[torch.Tensor] = None) -> float:
+    """Test accuracy of the ensemble whose teachers produced ``logits`` (K, N, C) on labels ``y``,
+    with per-sample teacher weights (K, N) if given (eq. 7.4)."""
+    return float((aggregate_teachers(logits, mode, weights).argmax(dim=1) == y).float().mean())

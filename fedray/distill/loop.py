@@ -15,7 +15,7 @@ import torch
 import torch.nn.functional as F
 from pydantic import BaseModel, ConfigDict, Field
 
-from fedray.training import batch_indices, make_optimizer, num_local_steps
+from fedray.training import batch_indices, make_optimizer, num_local_steps, train_mode
 
 
 class DistillParams(BaseModel):
@@ -36,16 +36,16 @@ class DistillParams(BaseModel):
 
 
 def distill(model: torch.nn.Module, x: torch.Tensor, target: torch.Tensor, params: DistillParams,
-            generator: torch.Generator) -> dict[str, float]:
+            generator: torch.Generator, freeze_features: bool = False) -> dict[str, float]:
     """Distil ``model`` in place on inputs ``x`` towards soft labels ``target`` (N, C).
 
     Returns the mean KL loss over the steps and the step count. The batch order comes from
-    ``generator``, so the same seed gives the same student.
+    ``generator``, so the same seed gives the same student. ``freeze_features`` distils the head only.
     """
     if len(x) != len(target):
         raise ValueError(f"{len(x)} distillation inputs but {len(target)} soft labels")
-    model.train()
-    optimizer = make_optimizer(model, params)  # the local-training helpers read the same fields
+    train_mode(model, freeze_features)
+    optimizer = make_optimizer(model, params, freeze_features)  # the local-training helpers read the same fields
     t = params.temperature
     total, steps = 0.0, 0
     for idx in batch_indices(len(x), params.batch_size, num_local_steps(len(x), params), generator):

@@ -7,10 +7,13 @@ distillation of a student towards soft labels (eq. 7.1) and test accuracy.
 
 from __future__ import annotations
 
+from typing import Optional
+
 import numpy as np
 import torch
 
 from fedray.algorithms.base import Params, ServerContext, Strategy, task_seed
+from fedray.config import Config
 from fedray.distill.ensemble import predict_logits
 from fedray.distill.loop import DistillParams, distill
 from fedray.training import evaluate
@@ -20,7 +23,12 @@ from fedray.weights import Weights, get_weights, set_weights
 class DistillationStrategy(Strategy):
     """Base of the distillation methods' server halves."""
 
-    needs_aux = True
+    @classmethod
+    def config_problem(cls, config: Config) -> Optional[str]:
+        if config.aux.size == 0:
+            return (f"bad config value aux.size = 0: algorithm {cls.name} distils on unlabelled auxiliary data; "
+                    f"set aux.size (e.g. aux.size=5000)")
+        return None
 
     def __init__(self, params: Params, ctx: ServerContext):
         super().__init__(params, ctx)
@@ -49,7 +57,8 @@ class DistillationStrategy(Strategy):
         model = self.work_model(arch, weights)
         seed = task_seed(self.config.seed, round, 2**40 + self.ctx.architectures.index(arch))
         torch.manual_seed(seed)  # dropout
-        stats = distill(model, self.aux, target.to(self.aux.device), params, torch.Generator().manual_seed(seed))
+        stats = distill(model, self.aux, target.to(self.aux.device), params, torch.Generator().manual_seed(seed),
+                        self.config.pretrain.freeze_features)
         return get_weights(model), stats
 
     def test_accuracy(self, arch: str, weights: Weights) -> float:

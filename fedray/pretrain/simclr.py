@@ -1,0 +1,176 @@
+"""Self-supervised pre-training of a feature extractor: SimCLR (Chen et al., ICML 2020), FedAUX's P1.
+
+    for every mini-batch x of the auxiliary data:
+        v1, v2 <- augment(x), augment(x)                   two random views of every image
+        z1, z2 <- g(h(v1)), g(h(v2))                       h: the model's features, g: a projection head
+        loss   <- NT-Xent(z1, z2, temperature)             SimCLR eq. 1, every view's pair the positive
+        update h and g with Adam; g is thrown away afterwards
+
+The model's classifier takes no part and stays as initialised. The augmentations (random resized
+crops, horizontal flips, colour jitter on colour images only) are batched tensor ops on the data's
+device. The FedAUX authors' checkpoints came from leftthomas/SimCLR (digest section 3): NT-Xent
+temperature 0.5, projection head in -> in (BN, ReLU) -> 128, Adam 1e-3 with weight decay 1e-6; the
+papers give neither epochs nor temperature.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import os
+import pickle
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from fedray.config import PretrainConfig
+from fedray.weights import Weights, get_weights
+
+
+def augment(x: torch.Tensor, generator: torch.Generator, min_crop: float = 0.2, flip: bool = True,
+            jitter: float = 0.4) -> torch.Tensor:
+    """A random view of every image of ``x`` (B, C, H, W): a resized crop of area fraction in
+    [min_crop, 1] and aspect ratio in [3/4, 4/3] (narrowed so the crop fits), mirrored with probability
+    1/2 if ``flip``, in one affine resampling; colour jitter of strength ``jitter`` (with probability
+    0.8) on 3-channel images."""
+    if x.ndim != 4:
+        raise ValueError(f"pre-training augments images (B, C, H, W); got inputs of shape {tuple(x.shape)}")
+    b = len(x)
+    area = torch.empty(b).uniform_(min_crop, 1.0, generator=generator)
+    # the aspect ratios at which a crop of this area fits in the image: both sides at most 1
+    low, high = area.log().clamp(min=math.log(3 / 4)), (-area.log()).clamp(max=math.log(4 / 3))
+    ratio = torch.exp(low + (high - low) * torch.rand(b, generator=generator))
+    width, height = (area * ratio).sqrt(), (area / ratio).sqrt()
+    shift_x = (2 * torch.rand(b, generator=generator) - 1) * (1 - width)  # the crop stays inside the image
+    shift_y = (2 * torch.rand(b, generator=generator) - 1) * (1 - height)
+    mirror = torch.where(torch.rand(b, generator=generator) < 0.5, -1.0, 1.0) if flip else torch.ones(b)
+    theta = torch.zeros(b, 2, 3)
+    theta[:, 0, 0], theta[:, 0, 2] = width * mirror, shift_x
+    theta[:, 1, 1], theta[:, 1, 2] = height, shift_y
+    grid = F.affine_grid(theta.to(x), list(x.shape), align_corners=False)
+    views = F.grid_sample(x, grid, mode="bilinear", padding_mode="reflection", align_corners=False)
+    if x.shape[1] == 3 and jitter > 0:  # grey images: no colour to jitter
+        views = colour_jitter(views, generator, jitter)
+    return views
+
+
+def colour_jitter(x: torch.Tensor, generator: torch.Generator, strength: float, p: float = 0.8) -> torch.Tensor:
+    """Brightness, contrast and saturation factors in [1 - s, 1 + s] (no hue shift), each image with
+    probability ``p``; on normalised inputs, scaling around the image's own mean and grey value."""
+    b = len(x)
+    apply = (torch.rand(b, generator=generator) < p).float()
+
+    def factor() -> torch.Tensor:
+        f = torch.empty(b).uniform_(1 - strength, 1 + strength, generator=generator)
+        return (1 + apply * (f - 1)).view(b, 1, 1, 1).to(x)
+
+    x = x * factor()  # brightness
+    mean = x.mean(dim=(1, 2, 3), keepdim=True)
+    x = (x - mean) * factor() + mean  # contrast
+    grey = x.mean(dim=1, keepdim=True)
+    return (x - grey) * factor() + grey  # saturation
+
+
+def nt_xent(z1: torch.Tensor, z2: torch.Tensor, temperature: float) -> torch.Tensor:
+    """SimCLR's NT-Xent loss (eq. 1): for each of the 2N views, cross-entropy of its pair among the
+    other 2N - 1 views, over cosine similarities divided by ``temperature``; the mean over 2N."""
+    n = len(z1)
+    z = F.normalize(torch.cat([z1, z2]), dim=1)
+    similarity = z @ z.T / temperature
+    similarity = similarity.masked_fill(torch.eye(2 * n, dtype=torch.bool, device=z.device), float("-inf"))
+    pairs = torch.cat([torch.arange(n, 2 * n), torch.arange(0, n)]).to(z.device)
+    return F.cross_entropy(similarity, pairs)
+
+
+class ProjectionHead(nn.Sequential):
+    """g: Linear(d, d, no bias), BatchNorm, ReLU, Linear(d, out) (the head of leftthomas/SimCLR)."""
+
+    def __init__(self, in_dim: int, out_dim: int):
+        super().__init__(nn.Linear(in_dim, in_dim, bias=False), nn.BatchNorm1d(in_dim), nn.ReLU(),
+                         nn.Linear(in_dim, out_dim))
+
+
+def feature_parameters(model: nn.Module) -> list[nn.Parameter]:
+    """Every parameter but the classifier's: the feature extractor h."""
+    return [p for name, p in model.named_parameters() if not name.startswith("classifier.")]
+
+
+def pretrain_features(model: nn.Module, x: torch.Tensor, params: PretrainConfig, generator: torch.Generator) -> dict[str, Any]:
+    """Pre-train ``model.features`` in place on the images ``x`` (on their device) for ``params.epochs``
+    epochs; returns the mean loss of every epoch and the step count. A model whose features have no
+    parameters (``logreg``) is left as it is."""
+    trained = feature_parameters(model)
+    if not trained:
+        return {"loss": [], "steps": 0}
+    head = ProjectionHead(model.feature_dim, params.projection_dim).to(x.device)
+    optimizer = torch.optim.Adam(trained + list(head.parameters()), lr=params.lr, weight_decay=params.weight_decay)
+    model.train(), head.train()
+    losses, steps = [], 0
+    for _ in range(params.epochs):
+        order, total, batches = torch.randperm(len(x), generator=generator).to(x.device), 0.0, 0
+        for start in range(0, len(x) - 1, params.batch_size):
+            batch = x[order[start:start + params.batch_size]]
+            if len(batch) < 2:  # a lone image has no negatives (and BatchNorm needs two)
+                continue
+            views = [augment(batch, generator, params.min_crop, params.flip, params.jitter) for _ in range(2)]
+            loss = nt_xent(*(head(model.features(v)) for v in views), params.temperature)
+            optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            optimizer.step()
+            total, batches = total + float(loss.detach()), batches + 1
+        losses.append(total / max(batches, 1))
+        steps += batches
+    return {"loss": losses, "steps": steps}
+
+
+def cache_root(params: PretrainConfig) -> Path:
+    """``pretrain.cache_dir``, else ``$FEDRAY_CACHE``, else ``~/.cache/fedray``; pre-trained weights under ``pretrain/``."""
+    root = params.cache_dir or os.environ.get("FEDRAY_CACHE") or Path.home() / ".cache" / "fedray"
+    return Path(root) / "pretrain"
+
+
+def cache_key(arch: str, aux_x: np.ndarray, params: PretrainConfig, seed: int, key_extra: dict[str, Any]) -> str:
+    """A hash of everything pre-training depends on: architecture, model options and shapes, the
+    auxiliary data itself, the seed and the SimCLR settings (not where the cache is, nor freezing)."""
+    data = np.ascontiguousarray(aux_x)
+    digest = hashlib.sha256(data.tobytes())
+    digest.update(f"{data.shape}{data.dtype}".encode())
+    settings = params.model_dump(exclude={"cache_dir", "freeze_features"})
+    described = json.dumps({"arch": arch, "seed": seed, "extra": key_extra, "settings": settings,
+                            "aux": digest.hexdigest()}, sort_keys=True, default=str)
+    return hashlib.sha256(described.encode()).hexdigest()
+
+
+def pretrained_weights(build_model: Callable[[str], nn.Module], arch: str, aux_x: np.ndarray, params: PretrainConfig,
+                       seed: int, device: torch.device, key_extra: dict[str, Any]) -> tuple[Weights, dict[str, Any]]:
+    """theta^0 of ``arch`` (``torch.manual_seed(seed)``, then ``build_model``) with its feature extractor
+    pre-trained on ``aux_x``, from the cache when a run with the same inputs wrote it.
+
+    Returns:
+        The whole model's weights (the classifier as initialised) and what happened: ``cached``,
+        ``loss`` per epoch, ``seconds``, the cache file's ``path``.
+    """
+    path = cache_root(params) / f"{cache_key(arch, aux_x, params, seed, key_extra)}.pkl"
+    start = time.perf_counter()
+    if path.is_file():
+        with open(path, "rb") as f:
+            saved = pickle.load(f)
+        return saved["weights"], {"cached": True, "loss": saved["loss"], "seconds": time.perf_counter() - start,
+                                  "path": str(path)}
+    torch.manual_seed(seed)
+    model = build_model(arch).to(device)
+    x = torch.from_numpy(np.ascontiguousarray(aux_x, dtype=np.float32)).to(device)
+    stats = pretrain_features(model, x, params, torch.Generator().manual_seed(seed))
+    weights = get_weights(model)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(f".{os.getpid()}.tmp")
+    with open(tmp, "wb") as f:
+        pickle.dump({"weights": weights, "loss": stats["loss"]}, f, protocol=5)
+    os.replace(tmp, path)  # atomic: parallel runs of a grid may write the same entry
+    return weights, {"cached": False, "loss": stats["loss"], "seconds": time.perf_counter() - start, "path": str(path)}
