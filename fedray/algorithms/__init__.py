@@ -11,6 +11,7 @@ from fedray.algorithms.cfl import CFL
 from fedray.algorithms.dgc import DGC
 from fedray.algorithms.dsgd import DSGD
 from fedray.algorithms.fd import CFD, FD
+from fedray.algorithms.fedaux import FedAUX
 from fedray.algorithms.fedavg import FedAvg
 from fedray.algorithms.fedbe import FedBE
 from fedray.algorithms.feddf import FedDF
@@ -19,6 +20,6 @@ from fedray.algorithms.signsgd import SignSGD
 from fedray.algorithms.stc import STC
 
 ALGORITHMS: dict[str, type[Strategy]] = {s.name: s for s in (FedAvg, FedProx, DSGD, Central, STC, SignSGD, DGC, CFL,
-                                                          FedDF, FedBE, FD, CFD)}
+                                                          FedDF, FedBE, FD, CFD, FedAUX)}
 
 __all__ = ["ALGORITHMS", "ClientAlgorithm", "Params", "ServerContext", "Strategy", "VirtualClient"]

@@ -20,6 +20,7 @@ previous model.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Optional
 
 import numpy as np
 import torch
@@ -68,6 +69,11 @@ class FedDF(DistillationStrategy):
         """Teachers besides the clients, evaluated on the server (none for FedDF; FedBE's samples)."""
         return []
 
+    def teacher_weights(self, clients: list[int], on_test: bool = False) -> Optional[torch.Tensor]:
+        """Per-sample weights s_i(x) of the client teachers, shape (clients, samples), on the
+        distillation set (or the test set, for diagnostics); None: all equal (FedDF, eq. 7.2)."""
+        return None
+
     def aggregate(self, round: int, updates: list[ClientUpdate]) -> dict[str, float]:
         groups = group_by_arch(updates)
         for arch, group in groups.items():  # FedAvg init of each student
@@ -75,16 +81,16 @@ class FedDF(DistillationStrategy):
                                               sample_weights(group, self.params.weighted))
         ordered = sorted(updates, key=lambda u: u.client_id)
         extra = self.extra_teachers(round, groups)
-        teacher_logits = [torch.from_numpy(u.payload.logits).to(self.aux.device) for u in ordered]
+        # np.stack copies: Ray hands uploads over as read-only arrays, which torch.from_numpy warns about
+        teacher_logits = list(torch.from_numpy(np.stack([u.payload.logits for u in ordered])).to(self.aux.device))
         teacher_logits += [self.logits(arch, w, self.aux) for arch, w in extra]
-        target = aggregate_teachers(torch.stack(teacher_logits), self.params.ensemble,
+        target = aggregate_teachers(torch.stack(teacher_logits), self.params.ensemble,  # eq. 7.2, or 7.4 weighted
+                                    self.teacher_weights([u.client_id for u in ordered]),
                                     temperature=self.params.distill.temperature)
         metrics = mean_client_loss(updates)
         metrics["comm/soft_label_bytes_up"] = float(sum(u.payload.logits.nbytes for u in updates))
         if self.params.log_ensemble:
-            teachers = [(u.arch, u.payload.weights) for u in ordered] + extra
-            test_logits = torch.stack([self.logits(arch, w, self.test_x) for arch, w in teachers])
-            metrics["distill/ensemble_accuracy"] = ensemble_accuracy(test_logits, self.test_y, self.params.ensemble)
+            metrics.update(self.ensemble_metrics(ordered, extra))
         for arch in self.ctx.architectures:
             if self.params.log_before:
                 metrics[f"distill/accuracy_before/{arch}"] = self.test_accuracy(arch, self.models[arch])
@@ -93,3 +99,15 @@ class FedDF(DistillationStrategy):
             metrics[f"distill/loss/{arch}"] = stats["loss"]
             metrics[f"distill/accuracy_after/{arch}"] = self.test_accuracy(arch, self.models[arch])
         return metrics
+
+    def ensemble_metrics(self, ordered: list[ClientUpdate], extra: list[tuple[str, Weights]]) -> dict[str, float]:
+        """Test accuracy of the teacher ensemble (the server evaluates the uploaded models), and of the
+        weighted one where the method weighs its teachers."""
+        teachers = [(u.arch, u.payload.weights) for u in ordered] + extra
+        logits = torch.stack([self.logits(arch, w, self.test_x) for arch, w in teachers])
+        out = {"distill/ensemble_accuracy": ensemble_accuracy(logits, self.test_y, self.params.ensemble)}
+        weights = self.teacher_weights([u.client_id for u in ordered], on_test=True)
+        if weights is not None:
+            out["distill/weighted_ensemble_accuracy"] = ensemble_accuracy(logits, self.test_y, self.params.ensemble,
+                                                                          weights)
+        return out

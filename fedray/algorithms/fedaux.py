@@ -1,0 +1,199 @@
+"""FedAUX: Sattler, Korjakow, Rischke, Samek, "FedAUX: Leveraging Unlabeled Auxiliary Data in
+Federated Learning", IEEE TNNLS 2021; thesis chapter 7, Algorithms 14 and 15.
+
+    Alg. 14, preparation (once):                                                   # prepare / prepared
+        split D_aux into D^- and D_distill                                         # aux.negatives
+        server: h_0^P <- train_self_supervised(h^P, D_aux) for every prototype P   # pretrain: (SimCLR)
+        client i: w_i* <- argmin_w J(w, h_0^P, D_i, D^-) + N(0, sigma^2 I)        # eqs. 7.6, 7.7, 7.13
+                  gamma_i <- max_{x in D_i u D^-} ||h_0^P(x)||;  upload w_i*, gamma_i
+        server: s_i(x) <- sigmoid(<w_i*, h_0^P(x) / gamma_i>) + 1e-8, x in D_distill  # eq. 7.8, kept
+    Alg. 15, round t:                                                              # as FedDF, with
+        theta_i <- train(theta^{R[i]}, D_i), starting from h_0 in round 1            # pretrain:
+        theta^P <- sum |D_i| theta_i / sum |D_i|  within each prototype
+        distil every theta^P towards softmax(sum_i s_i(x) f_i(x) / sum_j s_j(x))    # eq. 7.4
+
+The clients receive h_0 (theta^0 of their architecture) and the features of D^- under it, not the
+raw images (section 7.2: "to save communication"); both are counted in ``comm/bytes_down``.
+sigma^2 = 8 ln(1.25/delta) / (eps^2 lambda^2 (|D_i| + |D^-|)^2) (Alg. 14; eq. 7.13's |D_aux| is a
+typo). The scores are computed once, from the frozen h_0, and kept for the whole run (they are in
+the checkpoint). ``regularization: code`` fits w_i as the authors' code does (sklearn C = 1/lambda:
+J with lambda / N), which spreads the scores far more (see the README) at N times the privacy cost.
+``scorer`` other than ``logistic`` is thesis Fig. 7.4's ablation: those scorers are
+not private, and travel as fitted estimators; ``equal`` is FedDF with pre-training (FedDF+P) and
+skips the preparation altogether.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal, Optional
+
+import numpy as np
+import torch
+from pydantic import Field
+
+from fedray.algorithms.base import ServerContext, VirtualClient, task_seed
+from fedray.algorithms.feddf import FedDF, FedDFClient, FedDFParams
+from fedray.config import Config
+from fedray.distill import predict_features
+from fedray.messages import ClientTask, ClientUpdate, RoundPlan
+from fedray.privacy import SCORERS, privacy_spent, scorer_from_upload
+from fedray.weights import Weights, set_weights
+
+ScorerName = Literal["logistic", "kde", "isolation_forest", "one_class_svm", "svm_rbf", "random", "equal"]
+
+
+class FedAUXParams(FedDFParams):
+    scorer: ScorerName = "logistic"
+    lam: float = Field(0.1, gt=0)  # lambda of J (eq. 7.7); the paper's default
+    eps: float = Field(0.1, gt=0)  # (eps, delta) of the released w_i* (eq. 7.10)
+    delta: float = Field(1e-5, gt=0, lt=1)
+    # "paper": w* minimises J (eq. 7.7) exactly; "code": the authors' sklearn C = 1/lambda, i.e. J with
+    # lambda / N: much sharper scores, N times the sensitivity (privacy/epsilon reports eps N)
+    regularization: Literal["paper", "code"] = "paper"
+    show_clients: int = Field(4, ge=0)  # rows of the figure of each client's top-scored auxiliary inputs
+
+
+class FedAUXClient(FedDFClient):
+    """Rounds as FedDF's client; once before them, the certainty scorer (Alg. 14, client side)."""
+
+    def prepare(self, task: ClientTask, downloads: tuple[Any, ...], client: VirtualClient) -> Any:
+        theta, negatives = downloads  # h_0 and the features h_0(D^-)
+        model = self.model(task.arch)
+        set_weights(model, theta)
+        own = predict_features(model, client.x).cpu().numpy().astype(np.float64)
+        p = self.params
+        extra = {"regularization": p.regularization} if p.scorer == "logistic" else {}
+        scorer = SCORERS[p.scorer](own, np.asarray(negatives, dtype=np.float64), np.random.default_rng(task.seed),
+                                   p.lam, p.eps, p.delta, **extra)
+        return scorer.upload()
+
+
+class FedAUX(FedDF):
+    name = "fedaux"
+    Params = FedAUXParams
+    Client = FedAUXClient
+    state_attrs = ("models", "scores", "test_scores")
+
+    @classmethod
+    def config_problem(cls, config: Config) -> Optional[str]:
+        problem = super().config_problem(config)
+        if problem is None and not config.aux.negatives:
+            return ("bad config value aux.negatives = 0: fedaux scores each client against a negative set; "
+                    "set aux.negatives (FedAUX: 0.2)")
+        if problem is None and not config.pretrain.epochs:
+            return ("bad config value pretrain.epochs = 0: fedaux scores with, and starts from, a pre-trained "
+                    "feature extractor h_0; set pretrain.epochs (e.g. pretrain.epochs=30)")
+        return problem
+
+    def __init__(self, params: FedAUXParams, ctx: ServerContext):
+        super().__init__(params, ctx)
+        self.scores: dict[int, np.ndarray] = {}  # s_i on D_distill (eq. 7.8), fixed for the run
+        self.test_scores: dict[int, np.ndarray] = {}  # s_i on the test set, for the weighted-ensemble diagnostic
+        n_max = max(len(c.indices) for c in ctx.clients) + (0 if ctx.negatives_x is None else len(ctx.negatives_x))
+        self.epsilon, self.delta = privacy_spent(params.scorer, params.eps, params.delta, params.regularization, n_max)
+        self.teachers: list[int] = []  # the last round's teacher clients
+
+    # -- preparation (Alg. 14) -------------------------------------------------------------------
+    def features(self, arch: str, x: torch.Tensor) -> np.ndarray:
+        """h_0^arch(x): the features of the pre-trained initial model."""
+        return predict_features(self.work_model(arch, self.ctx.initial(arch)), x).cpu().numpy().astype(np.float64)
+
+    def prepare(self) -> Optional[RoundPlan]:
+        """Every client (not only a round's sample) gets h_0 and h_0(D^-), and answers with its scorer."""
+        if self.params.scorer == "equal":
+            return None  # FedDF+P: nothing to learn about the clients
+        negatives = torch.from_numpy(np.ascontiguousarray(self.ctx.negatives_x)).to(self.ctx.device)
+        broadcast: dict[str, Any] = {}
+        for arch in self.ctx.architectures:
+            broadcast[f"model/{arch}"] = self.ctx.initial(arch)
+            broadcast[f"negatives/{arch}"] = self.features(arch, negatives).astype(np.float32)
+        tasks = [ClientTask(c.client_id, 0, c.arch, (f"model/{c.arch}", f"negatives/{c.arch}"),
+                            task_seed(self.config.seed, 0, c.client_id)) for c in self.ctx.clients]
+        return RoundPlan(tasks=tasks, broadcast=broadcast)
+
+    def prepared(self, updates: list[ClientUpdate]) -> dict[str, float]:
+        """s_i on D_distill (eq. 7.8) and, for diagnostics, on the test set, from each client's scorer."""
+        distill = {arch: self.features(arch, self.aux) for arch in self.ctx.architectures}
+        test = {arch: self.features(arch, self.test_x) for arch in self.ctx.architectures}
+        for u in sorted(updates, key=lambda u: u.client_id):
+            scorer = scorer_from_upload(u.payload)
+            self.scores[u.client_id] = scorer.score(distill[u.arch]).astype(np.float32)
+            self.test_scores[u.client_id] = scorer.score(test[u.arch]).astype(np.float32)
+        metrics = {"privacy/epsilon": self.epsilon, "privacy/delta": self.delta,
+                   "fedaux/score_mean": float(np.mean([s.mean() for s in self.scores.values()]))}
+        aucs = [a for a in (self.score_auc(cid) for cid in self.test_scores) if a is not None]
+        if aucs:
+            metrics["fedaux/score_auc"] = float(np.mean(aucs))
+        return metrics
+
+    def score_auc(self, client_id: int) -> Optional[float]:
+        """Diagnostic (the server knows no client's labels; the simulation does): how well the client's
+        scores rank test inputs of the classes it holds (>= 10% of its data) above the others (ROC AUC)."""
+        from sklearn.metrics import roc_auc_score
+
+        if self.ctx.label_counts is None:
+            return None
+        counts = self.ctx.label_counts[client_id]
+        held = counts / max(counts.sum(), 1) >= 0.1
+        own = held[self.ctx.test_y]
+        if own.all() or not own.any():
+            return None
+        return float(roc_auc_score(own, self.test_scores[client_id]))
+
+    # -- rounds (Alg. 15) ------------------------------------------------------------------------
+    def teacher_weights(self, clients: list[int], on_test: bool = False) -> Optional[torch.Tensor]:
+        """s_i(x) of the round's clients (eq. 7.4); None for ``equal`` (FedDF+P, bit for bit)."""
+        table = self.test_scores if on_test else self.scores
+        if not table:
+            return None
+        if not on_test:
+            self.teachers = clients  # for this round's histogram
+        return torch.from_numpy(np.stack([table[i] for i in clients])).to(self.ctx.device)
+
+    def artifacts(self, round: int) -> dict[str, Any]:
+        if not self.scores:
+            return {}
+        if round == 0:
+            out: dict[str, Any] = {"fedaux/scores": np.concatenate(list(self.scores.values()))}
+            if self.params.show_clients:
+                out["fedaux/top_scored"] = self.top_scored_figure()
+            return out
+        return {"fedaux/round_scores": np.concatenate([self.scores[i] for i in self.teachers])}
+
+    def summary(self) -> dict[str, Any]:
+        return {"privacy": {"scorer": self.params.scorer, "epsilon": self.epsilon, "delta": self.delta,
+                            "lambda": self.params.lam, "regularization": self.params.regularization}}
+
+    def top_scored_figure(self, per_client: int = 8):
+        """The auxiliary inputs each of a few clients scores highest (FedAUX's empirical-privacy
+        figure), beside what the client really holds (a diagnostic the server could not draw)."""
+        from fedray.repro import figure
+
+        shown = sorted(self.scores)[: self.params.show_clients]
+        fig, axes = figure(len(shown), per_client, figsize=(1.2 * per_client, 1.4 * len(shown)), squeeze=False)
+        for row, cid in zip(axes, shown):
+            for ax, index in zip(row, np.argsort(-self.scores[cid])[:per_client]):
+                ax.imshow(_displayable(self.ctx.aux_x[index]), cmap="gray")
+                ax.set_xticks([]), ax.set_yticks([])
+            row[0].set_ylabel(self._holds(cid), fontsize=7)
+        fig.suptitle("auxiliary inputs each client scores highest (rows: clients)", fontsize=9)
+        fig.tight_layout()
+        return fig
+
+    def _holds(self, client_id: int) -> str:
+        counts = self.ctx.label_counts
+        if counts is None:
+            return f"client {client_id}"
+        names = self.ctx.class_names or [str(c) for c in range(counts.shape[1])]
+        top = np.argsort(-counts[client_id])[:2]
+        share = counts[client_id] / max(counts[client_id].sum(), 1)
+        return f"client {client_id}\n" + "\n".join(f"{names[c]} {100 * share[c]:.0f}%" for c in top if share[c] > 0)
+
+
+def _displayable(x: np.ndarray) -> np.ndarray:
+    """An input (C, H, W) as an image in [0, 1] for ``imshow`` (H, W) or (H, W, 3)."""
+    image = np.asarray(x, dtype=np.float64)
+    image = (image - image.min()) / max(image.max() - image.min(), 1e-12)
+    if image.ndim == 3:
+        image = image[0] if image.shape[0] == 1 else np.moveaxis(image, 0, -1)
+    return image

@@ -1,0 +1,127 @@
+"""FedAUX through the round loop without Ray, on real digits: the preparation phase, the weighted
+ensemble, equal scores = FedDF+P bit for bit, frozen features, resume, the pre-training cache."""
+
+import json
+
+import numpy as np
+import pytest
+
+from fedray.clients import LocalExecutor
+from fedray.config import ConfigError, build_config
+from fedray.experiment import resolve
+from fedray.federation import Federation
+from fedray.tracking import read_scalars
+from fedray.weights import nbytes
+
+
+def config(tmp_path, algorithm, rounds=2, **extra):
+    tree = {"data": {"dataset": "digits", "partition": "dirichlet", "alpha": 0.1},
+            "aux": {"size": 400, "negatives": 0.25},
+            "pretrain": {"epochs": 2, "batch_size": 64, "cache_dir": str(tmp_path / "cache")},
+            "federation": {"num_clients": 6, "clients_per_round": 3, "rounds": rounds,
+                           "architectures": {"mlp": 3, "lenet5": 3}},
+            "training": {"optimizer": "adam", "lr": 1e-3, "batch_size": 16, "epochs": 1},
+            "algorithm": algorithm if isinstance(algorithm, dict) else {"name": algorithm},
+            "runtime": {"backend": "local", "torch_threads": 1}}
+    for section, values in extra.items():
+        tree.setdefault(section, {}).update(values) if isinstance(values, dict) else tree.__setitem__(section, values)
+    cfg = build_config(tree)
+    resolve(cfg)
+    return cfg
+
+
+def run(cfg, run_dir, rounds=None, **kwargs):
+    fed = Federation(cfg, run_dir, LocalExecutor, **kwargs)
+    return fed, [fed.run_round().metrics for _ in range(rounds or cfg.federation.rounds)]
+
+
+def test_fedaux_needs_negatives_and_pretraining(tmp_path):
+    with pytest.raises(ConfigError, match="^bad config value aux.negatives = 0: fedaux scores"):
+        config(tmp_path, "fedaux", aux={"negatives": 0.0})
+    with pytest.raises(ConfigError, match="^bad config value pretrain.epochs = 0: fedaux"):
+        config(tmp_path, "fedaux", pretrain={"epochs": 0})
+
+
+def test_preparation_scores_every_client_once_and_counts_its_bytes(tmp_path):
+    # eps 10: with ~350 samples a client (digits) the paper's eps 0.1 noise (sigma 2.8 a coordinate) drowns w
+    cfg = config(tmp_path, {"name": "fedaux", "eps": 10.0, "distill": {"lr": 1e-3}})
+    fed, metrics = run(cfg, tmp_path / "run")
+    s = fed.strategy
+    assert sorted(s.scores) == list(range(6))  # all clients, not only a round's sample (Alg. 14)
+    assert all(v.shape == (300,) and v.min() > 0 and v.max() <= 1 + 1e-8 for v in s.scores.values())
+    assert all(v.shape == (len(fed.data.test_y),) for v in s.test_scores.values())
+    scalars = read_scalars(tmp_path / "run")
+    # round 0: each client downloads its architecture's h_0 and h_0(D^-) (100 negatives), uploads w_i and gamma_i
+    down = sum(nbytes(s.ctx.initial(c.arch)) + 100 * s.work_model(c.arch).feature_dim * 4 for c in fed.clients)
+    up = sum(s.work_model(c.arch).feature_dim * 8 + 8 for c in fed.clients)  # float64 w and gamma
+    assert dict(scalars["comm/bytes_down"])[0] == down and dict(scalars["comm/bytes_up"])[0] == up
+    assert dict(scalars["privacy/epsilon"])[0] == pytest.approx(10) and dict(scalars["privacy/delta"])[0] == pytest.approx(1e-5)
+    assert dict(scalars["fedaux/score_auc"])[0] > 0.6  # clients score their own classes' test inputs higher
+    assert "distill/weighted_ensemble_accuracy" in metrics[-1]
+    summary = fed.finish()
+    assert summary["privacy"] == {"scorer": "logistic", "epsilon": 10.0, "delta": 1e-5, "lambda": 0.1,
+                                  "regularization": "paper"}
+    assert json.loads((tmp_path / "run" / "result.json").read_text())["privacy"]["epsilon"] == 10.0
+
+
+def test_the_codes_regularisation_spreads_the_scores_and_reports_its_true_epsilon(tmp_path):
+    paper, _ = run(config(tmp_path, {"name": "fedaux", "eps": 10.0}), tmp_path / "paper", rounds=0)
+    code, _ = run(config(tmp_path, {"name": "fedaux", "eps": 10.0, "regularization": "code"}), tmp_path / "code", rounds=0)
+    # J with lambda / N: a far larger w, so the scores spread (measured: per-client std 0.011 against 0.20)
+    spread = {name: np.mean([s.std() for s in fed.strategy.scores.values()]) for name, fed in
+              (("paper", paper), ("code", code))}
+    assert spread["code"] > 4 * spread["paper"], spread
+    # its sensitivity is 2/lambda, N times what the noise is scaled to: eps N, N the largest |D_i| + |D^-|
+    n_max = max(len(c.indices) for c in code.clients) + len(code.data.negatives_x)
+    assert code.strategy.epsilon == pytest.approx(10.0 * n_max) and paper.strategy.epsilon == 10.0
+
+
+def test_equal_scores_are_feddf_with_pretraining_bit_for_bit(tmp_path):
+    feddf, _ = run(config(tmp_path, {"name": "feddf", "distill": {"lr": 1e-3}}), tmp_path / "df")
+    equal, _ = run(config(tmp_path, {"name": "fedaux", "scorer": "equal", "distill": {"lr": 1e-3}}), tmp_path / "eq")
+    for arch in feddf.strategy.models:
+        for name, value in feddf.strategy.models[arch].items():
+            np.testing.assert_array_equal(value, equal.strategy.models[arch][name], err_msg=f"{arch}.{name}")
+    weighted, _ = run(config(tmp_path, {"name": "fedaux", "distill": {"lr": 1e-3}}), tmp_path / "w")
+    assert any(not np.array_equal(v, weighted.strategy.models["mlp"][k]) for k, v in feddf.strategy.models["mlp"].items())
+
+
+def test_scores_survive_resume_and_the_run_repeats_exactly(tmp_path):
+    cfg = config(tmp_path, {"name": "fedaux", "distill": {"lr": 1e-3}}, rounds=3, checkpoint_every=1)
+    whole, _ = run(cfg, tmp_path / "whole")
+    part, _ = run(cfg, tmp_path / "part", rounds=2)
+    part.writer.close()
+    resumed = Federation(cfg, tmp_path / "part", LocalExecutor, resume=True)
+    assert resumed.strategy.scores.keys() == whole.strategy.scores.keys()
+    resumed.run_round()
+    for arch in whole.strategy.models:
+        for name, value in whole.strategy.models[arch].items():
+            np.testing.assert_array_equal(value, resumed.strategy.models[arch][name])
+
+
+def test_frozen_features_stay_h0_and_only_heads_learn(tmp_path):
+    cfg = config(tmp_path, {"name": "fedaux", "distill": {"lr": 1e-3}}, rounds=3, pretrain={"freeze_features": True},
+                 data={"alpha": 100.0}, training={"epochs": 3, "lr": 3e-3})
+    fed, metrics = run(cfg, tmp_path / "run")
+    for arch, model in fed.strategy.models.items():
+        initial = fed.strategy.ctx.initial(arch)
+        for name, value in model.items():
+            if name.startswith("classifier."):
+                assert not np.array_equal(value, initial[name]), name  # the head trained
+            else:
+                np.testing.assert_array_equal(value, initial[name], err_msg=name)  # h_0 untouched, BN statistics too
+    assert metrics[-1]["eval/accuracy"] > 0.7  # a linear head on pre-trained features (measured 0.85); chance 0.1
+
+
+def test_the_pretraining_cache_is_hit_on_the_second_run(tmp_path):
+    cfg = config(tmp_path, "feddf", rounds=1)
+    first, _ = run(cfg, tmp_path / "a")
+    second, _ = run(cfg, tmp_path / "b")
+    assert all(not info["cached"] for info in first.pretrained.values())
+    assert all(info["cached"] for info in second.pretrained.values())
+    assert second.pretrained["mlp"]["seconds"] < first.pretrained["mlp"]["seconds"]
+    for arch in first.initial:
+        for name, value in first.initial[arch].items():
+            np.testing.assert_array_equal(value, second.initial[arch][name])
+    other, _ = run(config(tmp_path, "feddf", rounds=1, seed=1), tmp_path / "c")  # another seed: a miss
+    assert not other.pretrained["mlp"]["cached"]
