@@ -11,10 +11,12 @@ The reproduction scripts (``scripts/repro_*.py``) are built from four pieces:
   already saved there: a partial grid survives, and a re-run of a few specs merges in.
 - :func:`markdown_table` writes a table's lines and :func:`listing` a list in a sentence, for the
   sentences a script computes from its runs; :func:`figure` and :func:`save_figure` draw off-screen.
+- :func:`grid_arguments` is the command line the grid scripts share.
 """
 
 from __future__ import annotations
 
+import argparse
 import dataclasses
 import json
 import tempfile
@@ -186,3 +188,15 @@ def save_figure(fig: Any, path: str | Path, dpi: int = 100, title: str | None = 
     fig.tight_layout()
     fig.savefig(path, dpi=dpi)
     plt.close(fig)
+
+
+def grid_arguments(doc: str, experiments: Iterable[str], out: Path) -> argparse.ArgumentParser:
+    """The options of a grid script: ``--jobs``, ``--only`` (some of ``experiments``), ``--rounds``,
+    ``--out`` (default ``out``) and ``--plot-only``; ``doc``'s first paragraph is the description."""
+    parser = argparse.ArgumentParser(description=doc.split("\n\n")[0])
+    parser.add_argument("--jobs", type=int, default=1, help="runs in parallel processes")
+    parser.add_argument("--only", nargs="+", choices=list(experiments), help="experiments to run")
+    parser.add_argument("--rounds", type=int, help="override every run's rounds (a quick check)")
+    parser.add_argument("--out", default=str(out), help="output path without suffix")
+    parser.add_argument("--plot-only", action="store_true", help="redraw from the saved .json")
+    return parser

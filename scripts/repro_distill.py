@@ -23,7 +23,6 @@ from the runs, never notes typed in from an earlier run; the interpretation is i
 
 from __future__ import annotations
 
-import argparse
 import platform
 import time
 from pathlib import Path
@@ -31,7 +30,7 @@ from pathlib import Path
 import numpy as np
 
 from fedray.config import load_config
-from fedray.repro import Store, figure, listing, markdown_table, run_grid, run_local, save_figure
+from fedray.repro import Store, figure, grid_arguments, listing, markdown_table, run_grid, run_local, save_figure
 
 ROOT = Path(__file__).resolve().parents[1]
 TABLE51 = ROOT / "configs" / "repro_thesis_table51_fmnist.yaml"
@@ -501,14 +500,8 @@ def write_outputs(results: dict[str, dict], meta: dict, out: Path) -> None:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--jobs", type=int, default=1, help="runs in parallel processes")
-    parser.add_argument("--only", nargs="+", choices=["table51", "lrcheck", "compare", "table52"],
-                        help="experiments to run")
-    parser.add_argument("--rounds", type=int, help="override every run's rounds (a quick check)")
-    parser.add_argument("--out", default=str(ROOT / "docs" / "repro_distill"), help="output path without suffix")
-    parser.add_argument("--plot-only", action="store_true", help="redraw from the saved .json")
-    args = parser.parse_args()
+    experiments = ["table51", "lrcheck", "compare", "table52"]
+    args = grid_arguments(__doc__, experiments, ROOT / "docs" / "repro_distill").parse_args()
     out = Path(args.out)
     store = Store(out.with_suffix(".json"), key=key, field="runs")
     meta = (store.read() or {}).get("meta", {"machine": "2-core CPU dev machine"})

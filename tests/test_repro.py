@@ -6,7 +6,7 @@ import os
 import pytest
 
 from fedray.config import build_config
-from fedray.repro import Store, listing, markdown_table, run_grid, run_local
+from fedray.repro import Store, grid_arguments, listing, markdown_table, run_grid, run_local
 
 
 def tiny(rounds: int):
@@ -76,3 +76,14 @@ def test_markdown_table_and_listing():
         "| | FL | CFL |", "|---|---|---|", "| ours | 31.5 | |", "| paper | about 20 | 60 |"]
     assert markdown_table(["a"], []) == ["| a |", "|---|"]
     assert [listing(x) for x in ([], ["a"], ["a", "b"], ["a", "b", "c"])] == ["", "a", "a and b", "a, b and c"]
+
+
+def test_grid_arguments_take_only_the_scripts_experiments(tmp_path, capsys):
+    parser = grid_arguments("Runs a grid.\n\nMore text.", ["table71", "mixed"], tmp_path / "out")
+    args = parser.parse_args(["--only", "mixed", "--jobs", "2"])
+    assert (args.only, args.jobs, args.rounds, args.plot_only) == (["mixed"], 2, None, False)
+    assert args.out == str(tmp_path / "out")
+    assert parser.description == "Runs a grid."
+    with pytest.raises(SystemExit):
+        parser.parse_args(["--only", "table51"])
+    assert "invalid choice: 'table51'" in capsys.readouterr().err
