@@ -11,7 +11,8 @@ The reproduction scripts (``scripts/repro_*.py``) are built from four pieces:
   already saved there: a partial grid survives, and a re-run of a few specs merges in.
 - :func:`markdown_table` writes a table's lines and :func:`listing` a list in a sentence, for the
   sentences a script computes from its runs; :func:`figure` and :func:`save_figure` draw off-screen.
-- :func:`grid_arguments` is the command line the grid scripts share.
+- :func:`grid_arguments` is the command line the grid scripts share, :func:`invocation` what one
+  call of such a script ran, where (:func:`cpu_model`) and how long.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import platform
 import tempfile
 import time
 from concurrent.futures import ProcessPoolExecutor, as_completed
@@ -200,3 +202,24 @@ def grid_arguments(doc: str, experiments: Iterable[str], out: Path) -> argparse.
     parser.add_argument("--out", default=str(out), help="output path without suffix")
     parser.add_argument("--plot-only", action="store_true", help="redraw from the saved .json")
     return parser
+
+
+def cpu_model() -> str:
+    """The processor's name (Linux's /proc/cpuinfo), else what :mod:`platform` knows."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def invocation(args: argparse.Namespace, specs: list, results: dict, key: Callable[[Any], Hashable],
+               start: float, **extra: Any) -> dict[str, Any]:
+    """What one call of a grid script (options from :func:`grid_arguments`) ran: the specs, wall time
+    since ``start`` (``time.perf_counter``), run time summed over the processes, Python and processor."""
+    return {"only": args.only or [], "jobs": args.jobs, "rounds": args.rounds, "runs": len(specs),
+            "wall_s": time.perf_counter() - start, **extra,
+            "run_s": sum(results[key(s)]["wall_s"] for s in specs), "python": platform.python_version(),
+            "cpu": cpu_model()}

@@ -27,6 +27,8 @@ from pathlib import Path
 
 import psutil
 
+from fedray.repro import cpu_model
+
 ROOT = Path(__file__).resolve().parents[1]
 CONFIG = ROOT / "configs" / "bench_w1.yaml"
 
@@ -136,16 +138,6 @@ def part(which: str) -> dict:
     wall = time.perf_counter() - start
     updates = config.federation.rounds * config.federation.clients_per_round
     return {"side": which, "wall_s": wall, "updates_per_s": updates / wall, "peak_mem_mb": mem.peak / 2**20, **result}
-
-
-def cpu_model() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
 
 
 def main() -> None:

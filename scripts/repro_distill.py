@@ -23,14 +23,14 @@ from the runs, never notes typed in from an earlier run; the interpretation is i
 
 from __future__ import annotations
 
-import platform
 import time
 from pathlib import Path
 
 import numpy as np
 
 from fedray.config import load_config
-from fedray.repro import Store, figure, grid_arguments, listing, markdown_table, run_grid, run_local, save_figure
+from fedray.repro import (Store, figure, grid_arguments, invocation, listing, markdown_table, run_grid, run_local,
+                          save_figure)
 
 ROOT = Path(__file__).resolve().parents[1]
 TABLE51 = ROOT / "configs" / "repro_thesis_table51_fmnist.yaml"
@@ -516,10 +516,7 @@ def main() -> None:
         results = run_grid(run, todo, store, jobs=args.jobs, cost=cost,
                            line=lambda r: f"{key(r):32} max {best(r):5.1f} final {final(r):5.1f} "
                                           f"gain {fmt_gain(r):28} {r['wall_s']:6.0f} s")
-        meta.setdefault("invocations", []).append(
-            {"only": args.only or [], "jobs": args.jobs, "rounds": args.rounds, "runs": len(todo),
-             "wall_s": time.perf_counter() - start, "run_s": sum(results[key(r)]["wall_s"] for r in todo),
-             "python": platform.python_version()})
+        meta.setdefault("invocations", []).append(invocation(args, todo, results, key, start))
         store.save(results)
     write_outputs(results, meta, out)
     print(f"wrote {out}.md, .json and .png")

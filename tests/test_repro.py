@@ -2,11 +2,12 @@
 
 import json
 import os
+import time
 
 import pytest
 
 from fedray.config import build_config
-from fedray.repro import Store, grid_arguments, listing, markdown_table, run_grid, run_local
+from fedray.repro import Store, cpu_model, grid_arguments, invocation, listing, markdown_table, run_grid, run_local
 
 
 def tiny(rounds: int):
@@ -87,3 +88,12 @@ def test_grid_arguments_take_only_the_scripts_experiments(tmp_path, capsys):
     with pytest.raises(SystemExit):
         parser.parse_args(["--only", "table51"])
     assert "invalid choice: 'table51'" in capsys.readouterr().err
+
+
+def test_invocation_sums_the_runs_it_made_and_names_the_machine(tmp_path):
+    args = grid_arguments("Runs a grid.", ["a", "b"], tmp_path / "out").parse_args(["--only", "a", "--jobs", "2"])
+    results = {"x": {"wall_s": 2.0}, "y": {"wall_s": 3.5}, "old": {"wall_s": 100.0}}
+    done = invocation(args, [{"k": "x"}, {"k": "y"}], results, key=lambda s: s["k"], start=time.perf_counter() - 4,
+                      warm_s=1.0)
+    assert (done["only"], done["jobs"], done["runs"], done["run_s"], done["warm_s"]) == (["a"], 2, 2, 5.5, 1.0)
+    assert 4 <= done["wall_s"] < 60 and done["cpu"] == cpu_model() != ""
