@@ -12,7 +12,6 @@ import math
 from dataclasses import dataclass
 
 import numpy as np
-from sklearn.cluster import AgglomerativeClustering
 
 BIPARTITIONS = ("optimal", "complete")
 
@@ -67,6 +66,8 @@ def complete_linkage_bipartition(alpha: np.ndarray) -> tuple[np.ndarray, np.ndar
     """
     if len(alpha) < 2:
         raise ValueError(f"a bipartition needs at least 2 clients, got {len(alpha)}")
+    from sklearn.cluster import AgglomerativeClustering  # on use: scikit-learn costs every actor 1.4 s to import
+
     labels = AgglomerativeClustering(n_clusters=2, metric="precomputed", linkage="complete").fit(1.0 - alpha).labels_
     side = labels == labels[0]
     return np.flatnonzero(side), np.flatnonzero(~side)
