@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable, Optional
 
 import ray
 from ray.exceptions import RayActorError, RayTaskError
@@ -17,9 +17,11 @@ from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from actors.server import ServerActor
 from fedray.config import Config, RuntimeConfig
-from fedray.experiment import Method
 from fedray.messages import one_line
 from fedray.runner import RemoteError, Stepper
+
+if TYPE_CHECKING:
+    from fedray.experiment import Method
 
 
 class ServerActorDied(RuntimeError):
@@ -27,18 +29,21 @@ class ServerActorDied(RuntimeError):
 
 
 def connect(runtime: RuntimeConfig) -> None:
-    """Start a local Ray capped at the configured resources, or join ``address``/``RAY_ADDRESS``."""
+    """Start a local Ray capped at the configured resources, or join ``address``/``RAY_ADDRESS``.
+
+    A local Ray starts its dashboard only with ``runtime.dashboard: true`` (it costs about 150 MB).
+    """
     if ray.is_initialized():
         return
     address = runtime.address or os.environ.get("RAY_ADDRESS")
     if address:
         ray.init(address=address, logging_level="ERROR")
     else:
-        ray.init(num_cpus=runtime.num_cpus, num_gpus=runtime.num_gpus, include_dashboard=False,
+        ray.init(num_cpus=runtime.num_cpus, num_gpus=runtime.num_gpus, include_dashboard=runtime.dashboard,
                  logging_level="ERROR")
 
 
-def start_server(config: Config, method: Method, run_dir: Path, resume: bool):
+def start_server(config: Config, method: Optional[Method], run_dir: Path, resume: bool):
     """The started ServerActor, pinned to this node, with its own CPU/GPU request from the config."""
     rt = config.runtime
     here = ray.get_runtime_context().get_node_id()
@@ -50,7 +55,7 @@ def start_server(config: Config, method: Method, run_dir: Path, resume: bool):
     return server
 
 
-def ray_stepper(config: Config, method: Method, run_dir: Path, resume: bool) -> Stepper:
+def ray_stepper(config: Config, method: Optional[Method], run_dir: Path, resume: bool) -> Stepper:
     connect(config.runtime)
     server = start_server(config, method, run_dir, resume)
     return Stepper(lambda: unwrap(lambda: ray.get(server.current_round.remote())),

@@ -1,32 +1,38 @@
 """ServerActor: the round loop (``fedray.federation.Federation``) inside a Ray actor.
 
 It is pinned to the driver's node, so event files, checkpoints and ``result.json`` land in the run
-folder the user named, also when the run is a ``ray job submit`` on a cluster.
+folder the user named, also when the run is a ``ray job submit`` on a cluster. The round loop and
+torch are imported in ``start``, in the actor: the driver that defines the actor imports neither.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any, Optional
 
 import ray
 
-from actors.client import RayExecutor
-from actors.tree import tree_actor_factory
 from fedray.config import Config
-from fedray.experiment import Method
-from fedray.federation import Federation
 from fedray.messages import RoundResult
+
+if TYPE_CHECKING:
+    from fedray.experiment import Method
+    from fedray.federation import Federation
 
 
 class ServerActor:
     """The constructor only stores its arguments; ``start`` builds the federation, so a failure
     there (missing data, actors that do not fit) reaches the driver as an ordinary task error."""
 
-    def __init__(self, config: Config, method: Method, run_dir: str, resume: bool = False):
+    def __init__(self, config: Config, method: Optional[Method], run_dir: str, resume: bool = False):
         self.args = (config, method, run_dir, resume)
         self.federation: Federation | None = None
 
     def start(self) -> int:
+        """Build the federation (resolving the method when the driver did not) and its client actors."""
+        from actors.client import RayExecutor
+        from actors.tree import tree_actor_factory
+        from fedray.federation import Federation
+
         config, method, run_dir, resume = self.args
         self.federation = Federation(config, run_dir, RayExecutor, resume=resume, tree_factory=tree_actor_factory(),
                                      method=method)

@@ -15,6 +15,7 @@ from __future__ import annotations
 import os
 import time
 import traceback
+import warnings
 from typing import Any, Callable
 
 import numpy as np
@@ -26,7 +27,7 @@ from fedray.data.shifts import apply_adversary, apply_group
 from fedray.experiment import Method
 from fedray.messages import ClientFailure, ClientSpec, ClientTask, ClientUpdate, one_line
 from fedray.models import create_model
-from fedray.training import resolve_device
+from fedray.training import cap_gpu_memory, gpu_memory_note, resolve_device
 from fedray.weights import Weights, is_update, nbytes
 
 
@@ -38,6 +39,20 @@ def model_builder(config: Config, input_shape: tuple[int, ...], num_classes: int
         return create_model(arch, tuple(input_shape), num_classes, **options.get(arch, {}))
 
     return build
+
+
+def client_major(x: np.ndarray, y: np.ndarray, specs: list[ClientSpec]
+                 ) -> tuple[np.ndarray, np.ndarray, dict[int, tuple[int, int]] | None]:
+    """The training set laid out client after client, and each client's span in it, so that a
+    client's shard is a slice: a host reads it without copying (under Ray, straight from the object
+    store). When shards overlap (a pooled baseline), the data as it is and no spans."""
+    sizes = [len(spec.indices) for spec in specs]
+    if sum(sizes) > len(x):
+        return x, y, None
+    order = np.concatenate([spec.indices for spec in specs]) if specs else np.zeros(0, np.int64)
+    ends = np.cumsum(sizes)
+    spans = {spec.client_id: (int(end - size), int(end)) for spec, size, end in zip(specs, sizes, ends)}
+    return x[order], y[order], spans
 
 
 def byzantine_update(algorithm: ClientAlgorithm, task: ClientTask, theta: Weights) -> LocalUpdate:
@@ -92,6 +107,8 @@ class ClientHost:
         specs: every client this host may serve (id, architecture, sample indices).
         train_x, train_y: the whole training set (shared and read-only: with Ray, zero-copy views
             of the object store).
+        spans: where each client's shard lies in ``train_x`` (``client_major``); None: at its
+            ``spec.indices``, copied out.
         num_classes: classes of the data set.
         gpus: the GPU share this host was given (0 for CPU).
         home: ids of the clients whose data and persistent state live here (default: all of
@@ -105,14 +122,15 @@ class ClientHost:
     def __init__(self, config: Config, method: Method, specs: list[ClientSpec], train_x: np.ndarray,
                  train_y: np.ndarray, num_classes: int, gpus: float = 0.0, home: list[int] | None = None,
                  threads: int | None = None, aux_x: np.ndarray | None = None,
-                 initial_models: dict[str, Weights] | None = None):
+                 initial_models: dict[str, Weights] | None = None, spans: dict[int, tuple[int, int]] | None = None):
         torch.set_num_threads(threads or config.runtime.torch_threads or max(1, int(config.runtime.actor_cpus)))
-        self.device = resolve_device(config.runtime.device, gpus)
+        self.device, self.gpus = resolve_device(config.runtime.device, gpus), gpus
+        cap_gpu_memory(self.device, gpus)
         build = model_builder(config, train_x.shape[1:], num_classes)
         aux = None if aux_x is None else torch.from_numpy(np.array(aux_x)).to(self.device)  # own, writable copy
         self.algorithm = method.make_client(config, build, self.device, aux, initial_models)
         self.config, self.num_classes = config, num_classes
-        self.train_x, self.train_y = train_x, train_y
+        self.train_x, self.train_y, self.spans = train_x, train_y, spans
         self.specs = {spec.client_id: spec for spec in specs}
         home_ids = set(self.specs) if home is None else set(home)
         self.clients: dict[int, VirtualClient] = {}
@@ -122,15 +140,22 @@ class ClientHost:
             self.clients[cid] = client
 
     def _materialise(self, spec: ClientSpec) -> VirtualClient:
-        """The client's shard copied out of the shared arrays onto this host's device, with its
-        group's shift and, for an adversary, its attack applied (``fedray.data.shifts``)."""
+        """The client's shard on this host's device, with its group's shift and, for an adversary,
+        its attack applied (``fedray.data.shifts``). On the CPU an unshifted shard with a span is a
+        view of the shared arrays, not a copy (nothing writes to a client's data)."""
         d = self.config.data
-        x, y = self.train_x[spec.indices], self.train_y[spec.indices]
+        if self.spans is not None:
+            start, stop = self.spans[spec.client_id]
+            x, y = self.train_x[start:stop], self.train_y[start:stop]
+        else:
+            x, y = self.train_x[spec.indices], self.train_y[spec.indices]
         x, y = apply_group(x, y, d.group_shift, spec.group, d.groups, self.num_classes, d.seed)
         if spec.role != "benign":
             x, y = apply_adversary(x, y, spec.role, d.noise, task_seed(d.seed, 0, spec.client_id))
-        x = torch.from_numpy(np.ascontiguousarray(x)).to(self.device)
-        y = torch.from_numpy(np.ascontiguousarray(y)).to(self.device)
+        with warnings.catch_warnings():  # a view of Ray's read-only object store: torch warns, reads fine
+            warnings.filterwarnings("ignore", "The given NumPy array is not writable")
+            x = torch.from_numpy(np.ascontiguousarray(x)).to(self.device)
+            y = torch.from_numpy(np.ascontiguousarray(y)).to(self.device)
         return VirtualClient(spec, x, y)
 
     def _client(self, task: ClientTask) -> VirtualClient:
@@ -144,7 +169,19 @@ class ClientHost:
 
     def run(self, task: ClientTask, *downloads: Any) -> ClientUpdate:
         """Run one task; ``downloads`` are the broadcast entries named by ``task.payload_keys``."""
-        return run_task(self.algorithm, task, downloads, self._client(task))
+        try:
+            return run_task(self.algorithm, task, downloads, self._client(task))
+        except ClientFailure as failure:
+            note = gpu_memory_note(failure.__cause__, self.device, self.gpus, "runtime.actor_gpus")
+            if not note:
+                raise
+            raise ClientFailure(failure.client_id, failure.round, failure.stage, failure.reason + note,
+                                failure.trace) from failure.__cause__
+
+    def run_batch(self, tasks: list[ClientTask], keys: list[str], *payloads: Any) -> list[ClientUpdate]:
+        """Run several tasks in one call; ``payloads`` are the broadcast entries named by ``keys``."""
+        downloads = dict(zip(keys, payloads))
+        return [self.run(task, *(downloads[k] for k in task.payload_keys)) for task in tasks]
 
     def client_states(self) -> dict[int, dict[str, Any]]:
         return {cid: c.state for cid, c in self.clients.items()}
@@ -164,8 +201,9 @@ class LocalExecutor:
     def __init__(self, config: Config, method: Method, specs: list[ClientSpec], data,
                  initial_models: dict[str, Weights] | None = None):
         threads = config.runtime.torch_threads or os.cpu_count() or 1
-        self.host = ClientHost(config, method, specs, data.train_x, data.train_y, data.num_classes, threads=threads,
-                               aux_x=data.aux_x, initial_models=initial_models)
+        x, y, spans = client_major(data.train_x, data.train_y, specs)
+        self.host = ClientHost(config, method, specs, x, y, data.num_classes, threads=threads,
+                               aux_x=data.aux_x, initial_models=initial_models, spans=spans)
 
     def execute(self, plan) -> list[ClientUpdate]:
         updates = [self.host.run(t, *(plan.broadcast[k] for k in t.payload_keys)) for t in plan.tasks]

@@ -170,6 +170,11 @@ class RuntimeConfig(_Section):
     ``ray://``/``host:port`` address joins an existing cluster (``RAY_ADDRESS`` is honoured too).
     ``clients_per_actor``: 1 is one actor per client; ``"auto"`` sizes the pool to the cluster
     (one actor per ``actor_cpus`` CPUs, and per ``actor_gpus`` GPU share when GPUs are used).
+    ``actor_gpus``/``server_gpus``: the GPU share of each client actor and of the server actor.
+    A share both places the actor (Ray's ``num_gpus``) and caps its CUDA memory to that fraction of
+    the device, so an oversized model fails its own actor. ``actor_gpus`` may name a share per
+    architecture (``{resnet8: 0.5, mlp: 0.1}``); each actor then hosts one architecture.
+    ``dashboard``: start Ray's dashboard with a local Ray (about 150 MB more; off by default).
     """
 
     backend: Literal["ray", "local"] = "ray"
@@ -178,11 +183,12 @@ class RuntimeConfig(_Section):
     num_gpus: Optional[float] = Field(None, ge=0)
     clients_per_actor: Union[Literal["auto"], int] = "auto"
     actor_cpus: float = Field(1.0, gt=0)
-    actor_gpus: float = Field(0.0, ge=0)
+    actor_gpus: Union[float, dict[str, float]] = 0.0
     server_cpus: float = Field(0.0, ge=0)
-    server_gpus: float = Field(0.0, ge=0)
+    server_gpus: float = Field(0.0, ge=0, le=1)
     torch_threads: Optional[int] = Field(None, ge=1)
     device: Literal["auto", "cpu", "cuda"] = "auto"
+    dashboard: bool = False
 
     @field_validator("clients_per_actor")
     @classmethod
@@ -190,6 +196,23 @@ class RuntimeConfig(_Section):
         if value != "auto" and value < 1:
             raise ValueError(f"must be 'auto' or an integer >= 1, got {value}")
         return value
+
+    @field_validator("actor_gpus")
+    @classmethod
+    def _shares(cls, value: Union[float, dict[str, float]]) -> Union[float, dict[str, float]]:
+        shares = value.values() if isinstance(value, dict) else [value]
+        if any(not 0 <= s <= 1 for s in shares):
+            raise ValueError(f"GPU shares must be between 0 and 1 (a share of one GPU), got {value}")
+        return value
+
+    def gpus_for(self, arch: str) -> float:
+        """The GPU share of an actor hosting ``arch``."""
+        return float(self.actor_gpus[arch] if isinstance(self.actor_gpus, dict) else self.actor_gpus)
+
+    @property
+    def uses_gpus(self) -> bool:
+        shares = self.actor_gpus.values() if isinstance(self.actor_gpus, dict) else [self.actor_gpus]
+        return self.server_gpus > 0 or any(s > 0 for s in shares)
 
 
 class AlgorithmConfig(BaseModel):
@@ -219,6 +242,14 @@ class Config(_Section):
         if self.data.groups > self.federation.num_clients:
             raise ValueError(f"data.groups = {self.data.groups} exceeds federation.num_clients = "
                              f"{self.federation.num_clients}")
+        return self
+
+    @model_validator(mode="after")
+    def _shares_name_the_architectures(self) -> "Config":
+        shares = self.runtime.actor_gpus
+        if isinstance(shares, dict) and set(shares) != set(self.federation.architectures):
+            raise ValueError(f"runtime.actor_gpus names GPU shares for {sorted(shares)}, but the run's "
+                             f"architectures are {sorted(self.federation.architectures)}: give one share each")
         return self
 
     @model_validator(mode="after")

@@ -2,7 +2,8 @@
 
 The round loop is a :class:`fedray.federation.Federation`. With ``runtime.backend: local`` it runs
 in this process; with ``ray``, ``actors.driver`` wraps it in a ServerActor and this module steps that
-actor with the same three calls. ``actors`` (and with it Ray) is imported only for the Ray backend.
+actor with the same three calls. ``actors`` (and with it Ray) is imported only for the Ray backend,
+and torch only for the local one: a Ray driver holds no model and no data, so it stays small.
 
 Whatever stops a run (a failing client, strategy or actor; Ctrl-C) reaches the user as one line
 that names the cause, the last intact checkpoint and ``RUN_DIR/error.log``, which holds the whole
@@ -16,15 +17,16 @@ import time
 import traceback
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Optional
+from typing import TYPE_CHECKING, Any, Callable, Optional
 
 from tqdm import tqdm
 
-from fedray.clients import LocalExecutor
+from fedray.checkpoint import checkpoint_round
 from fedray.config import Config
-from fedray.experiment import Method, resolve
-from fedray.federation import Federation, checkpoint_round
 from fedray.messages import RoundResult, one_line
+
+if TYPE_CHECKING:
+    from fedray.experiment import Method
 
 ERROR_LOG = "error.log"
 ANSI = re.compile(r"\x1b\[[0-9;]*m")  # Ray colours its tracebacks for terminals
@@ -51,7 +53,10 @@ class Stepper:
     finish: Callable[[], dict[str, Any]]
 
 
-def local_stepper(config: Config, method: Method, run_dir: Path, resume: bool) -> Stepper:
+def local_stepper(config: Config, method: Optional[Method], run_dir: Path, resume: bool) -> Stepper:
+    from fedray.clients import LocalExecutor
+    from fedray.federation import Federation
+
     fed = Federation(config, run_dir, LocalExecutor, resume=resume, method=method)
     return Stepper(lambda: fed.round, fed.run_round, fed.finish)
 
@@ -60,12 +65,14 @@ def run_experiment(config: Config, run_dir: str | Path, resume: bool = False, pr
                    method: Optional[Method] = None) -> dict[str, Any]:
     """Run (or resume) an experiment to ``federation.rounds``; return the summary of result.json.
 
+    ``method`` is the resolved method; None resolves it where the round loop runs (in the
+    ServerActor for the Ray backend, so the driver never imports torch).
+
     Raises:
-        ConfigError: the config names an unknown method, data set or model (before anything runs).
-        RunFailed: with one line naming the failure, ``error.log``, the last checkpoint and the resume command.
+        RunFailed: with one line naming the failure (an unknown method, data set or model too),
+            ``error.log``, the last checkpoint and the resume command.
     """
     run_dir = Path(run_dir)
-    method = method or resolve(config)
     try:
         if config.runtime.backend == "local":
             stepper = local_stepper(config, method, run_dir, resume)

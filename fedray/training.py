@@ -116,3 +116,24 @@ def resolve_device(preference: str, gpus: float) -> torch.device:
             raise RuntimeError("runtime.device is 'cuda' but torch sees no CUDA device here")
         return torch.device("cuda")
     return torch.device("cpu")
+
+
+def cap_gpu_memory(device: torch.device, share: float) -> None:
+    """Hold this process to ``share`` of the GPU's memory, as Ray's fractional ``num_gpus`` only
+    places actors: beyond its share, torch's allocator raises OutOfMemoryError in this process
+    instead of taking memory its neighbours on the GPU were promised."""
+    if device.type == "cuda" and 0 < share < 1:
+        torch.cuda.set_per_process_memory_fraction(share, _index(device))
+
+
+def _index(device: torch.device) -> int:
+    return device.index if device.index is not None else torch.cuda.current_device()
+
+
+def gpu_memory_note(err: BaseException, device: torch.device, share: float, setting: str) -> str:
+    """For a CUDA out-of-memory error under a cap: which share of which device was the limit."""
+    if not isinstance(err, torch.cuda.OutOfMemoryError) or device.type != "cuda" or not 0 < share < 1:
+        return ""
+    total = torch.cuda.get_device_properties(_index(device)).total_memory / 2**30
+    return (f"; {setting} = {share:g} caps this actor at {share * total:.1f} of the GPU's {total:.1f} GiB: "
+            f"raise the share or shrink the model or batch")

@@ -5,7 +5,7 @@ import json
 import numpy as np
 
 from fedray.cli import main
-from fedray.federation import CHECKPOINT, read_checkpoint
+from fedray.checkpoint import CHECKPOINT, read_checkpoint
 from fedray.tracking import read_scalars
 
 

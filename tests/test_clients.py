@@ -6,11 +6,12 @@ import torch
 
 from fedray.algorithms.base import task_seed
 from fedray.algorithms.base import ClientAlgorithm
-from fedray.clients import ClientHost
+from fedray.clients import ClientHost, client_major
 from fedray.config import build_config
 from fedray.experiment import resolve
 from fedray.messages import ClientFailure, ClientSpec, ClientTask
 from fedray.models import create_model
+from fedray.training import cap_gpu_memory, gpu_memory_note
 from fedray.weights import get_weights
 
 
@@ -58,3 +59,38 @@ def test_a_failing_client_names_itself_its_round_and_stage(host_and_task):
     wrong = get_weights(create_model("logreg", (4,), 5))  # a model for 5 classes, not 3
     with pytest.raises(ClientFailure, match=r"client 1 failed in round 1 during local training: RuntimeError"):
         host.run(task, wrong)
+
+
+def test_client_major_layout_makes_each_shard_a_zero_copy_slice(host_and_task):
+    host, task, weights, (x, y) = host_and_task
+    specs = [ClientSpec(0, "logreg", np.array([3, 7, 11])), ClientSpec(1, "logreg", np.array([0, 19]))]
+    cx, cy, spans = client_major(x, y, specs)
+    assert spans == {0: (0, 3), 1: (3, 5)}
+    np.testing.assert_array_equal(cx, x[[3, 7, 11, 0, 19]])
+    np.testing.assert_array_equal(cy, y[[3, 7, 11, 0, 19]])
+    cx.flags.writeable = False  # as Ray's object store hands it out
+    config = host.algorithm.config
+    laid_out = ClientHost(config, resolve(config), specs, cx, cy, 3, spans=spans)
+    shard = laid_out.clients[1].x
+    assert shard.data_ptr() == cx[3:5].__array_interface__["data"][0]  # a view, not a copy
+    assert torch.equal(shard, torch.from_numpy(x[[0, 19]]))
+    # overlapping shards (a pooled baseline) keep the data as it is, and the indices
+    pooled = [ClientSpec(0, "logreg", np.arange(20)), ClientSpec(1, "logreg", np.arange(20))]
+    same_x, _, none = client_major(x, y, pooled)
+    assert none is None and same_x is x
+
+
+def test_a_batch_of_tasks_equals_the_tasks_one_by_one(host_and_task):
+    host, task, weights, _ = host_and_task
+    home = ClientTask(0, 1, "logreg", ("model/logreg",), task_seed(0, 1, 0))
+    batch = host.run_batch([home, task], ["model/logreg"], weights)
+    single = [host.run(t, weights) for t in (home, task)]
+    assert [u.client_id for u in batch] == [0, 1]
+    for a, b in zip(batch, single):
+        for name in a.payload:
+            np.testing.assert_array_equal(a.payload[name], b.payload[name])
+
+
+def test_gpu_caps_are_no_ops_on_the_cpu():
+    cap_gpu_memory(torch.device("cpu"), 0.25)  # must not touch CUDA
+    assert gpu_memory_note(RuntimeError("x"), torch.device("cpu"), 0.25, "runtime.actor_gpus") == ""

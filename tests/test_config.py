@@ -105,3 +105,17 @@ def test_every_shipped_config_is_valid():
     for path in configs:
         config = load_config(path)
         assert config.name, path
+
+
+def test_gpu_shares_are_fractions_of_one_gpu_and_name_every_architecture():
+    two = {"num_clients": 10, "architectures": {"mlp": 5, "cnn": 5}}
+    config = build_config({"federation": two, "runtime": {"actor_gpus": {"mlp": 0.1, "cnn": 0.5}}})
+    assert config.runtime.gpus_for("cnn") == 0.5 and config.runtime.gpus_for("mlp") == 0.1 and config.runtime.uses_gpus
+    assert build_config({"runtime": {"actor_gpus": 0.25}}).runtime.gpus_for("anything") == 0.25
+    assert not build_config({}).runtime.uses_gpus
+    assert message({"federation": two, "runtime": {"actor_gpus": {"mlp": 0.1}}}) == (
+        "bad config: runtime.actor_gpus names GPU shares for ['mlp'], but the run's architectures are "
+        "['cnn', 'mlp']: give one share each")
+    assert message({"runtime": {"actor_gpus": 1.5}}).startswith(
+        "bad config value runtime.actor_gpus = 1.5: GPU shares must be between 0 and 1")
+    assert message({"runtime": {"server_gpus": 2}}).startswith("bad config value runtime.server_gpus = 2")

@@ -4,9 +4,10 @@ import numpy as np
 import pytest
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
+from fedray.checkpoint import CHECKPOINT
 from fedray.clients import LocalExecutor
 from fedray.config import build_config
-from fedray.federation import CHECKPOINT, Federation
+from fedray.federation import Federation
 from fedray.tracking import plot_runs, read_scalars, target_report
 
 
@@ -61,7 +62,8 @@ def test_dsgd_learns(tmp_path):
 
 def test_central_baseline_uses_pooled_data(tmp_path):
     fed, results = run(digits("central", 2), tmp_path)
-    assert len(fed.clients) == 1 and fed.clients[0].num_samples == len(fed.data.train_y)
+    assert len(fed.clients) == 1 and fed.clients[0].num_samples == len(fed.executor.host.train_y)
+    assert fed.data.train_x is None  # the server keeps no training set once the clients hold it
     assert results[-1].metrics["clients/participants"] == 1
     assert results[-1].metrics["eval/accuracy"] > 0.90  # measured 0.95
 

@@ -13,7 +13,7 @@ import tests.faulty_method as faulty
 from fedray.algorithms import ALGORITHMS
 from fedray.cli import main
 from fedray.config import build_config
-from fedray.federation import CHECKPOINT, checkpoint_round, read_checkpoint, write_checkpoint
+from fedray.checkpoint import CHECKPOINT, checkpoint_round, read_checkpoint, write_checkpoint
 from fedray.runner import ERROR_LOG, RunFailed, run_experiment
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -15,8 +15,6 @@ on them.
 from __future__ import annotations
 
 import numpy as np
-import torch
-import torch.nn.functional as F
 
 from fedray.data.bundle import DatasetBundle, DatasetNotFoundError
 
@@ -74,6 +72,9 @@ def to_input_shape(x: np.ndarray, input_shape: tuple[int, ...], name: str) -> np
             return x.astype(np.float32)
         raise ValueError(f"auxiliary data set {name} has inputs of shape {x.shape[1:]}, which cannot be "
                          f"converted to the run's input shape {tuple(input_shape)}")
+    import torch  # on use: the Ray driver checks aux_source without torch
+    import torch.nn.functional as F
+
     channels, height, width = input_shape
     t = torch.from_numpy(np.ascontiguousarray(x, dtype=np.float32))
     if t.shape[1] != channels:

@@ -8,7 +8,7 @@ from tensorboard.backend.event_processing.event_accumulator import EventAccumula
 from fedray.runner import run_experiment
 from fedray.config import build_config
 from fedray.tracking import read_scalars
-from fedray.federation import CHECKPOINT, read_checkpoint
+from fedray.checkpoint import CHECKPOINT, read_checkpoint
 
 pytestmark = pytest.mark.integration
 
