@@ -2,17 +2,18 @@
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import ray
 from ray.exceptions import RayActorError
-from ray.util import ActorPool
+from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-from actors.placement import assign_clients, num_client_actors
-from fedray.clients import ClientHost
+from actors.placement import alive_nodes, assign_clients, plan_actors
+from fedray.clients import ClientHost, client_major
 from fedray.config import Config
 from fedray.experiment import Method
-from fedray.messages import ClientSpec, ClientUpdate, RoundPlan
+from fedray.messages import ClientSpec, ClientTask, ClientUpdate, RoundPlan
 
 
 class ClientActorLost(RuntimeError):
@@ -25,51 +26,106 @@ class ClientActor(ClientHost):
     def node_id(self) -> str:
         return ray.get_runtime_context().get_node_id()
 
+    def placement(self) -> dict[str, Any]:
+        """Its node, its torch device, the GPUs Ray gave it and its share of them."""
+        return {"node": self.node_id(), "device": str(self.device), "gpu_ids": [str(g) for g in ray.get_gpu_ids()],
+                "gpus": self.gpus, "hosted": self.hosted()}
+
 
 class RayExecutor:
     """Starts the client actors and runs each round's tasks on them.
 
-    The training set is put in the object store once and every actor reads shards from it. Each
-    client has a home actor (round-robin) that keeps its shard and persistent state. Each round,
-    every broadcast payload is put once (one per architecture). Tasks run on their clients' home
-    actors, all submitted before any result is gathered, when the method is stateful or the user
-    fixed ``clients_per_actor``. Otherwise (``auto`` and a stateless method) they go to whichever
-    actor is free (``ray.util.ActorPool``), longest first, so a round is not held up by an actor
-    that happened to draw more of its clients.
+    The actors are planned from the nodes' resources (``actors.placement``): spread over the
+    nodes, each pinned to its node, as many per node as its CPUs (and GPU shares) hold. The
+    training set is put in the object store once, client after client, and every actor reads its
+    clients' shards from it as zero-copy slices. Each client has a home actor (round-robin) that
+    keeps its shard and persistent state. Each round, every broadcast payload is put once (one per
+    architecture), and tasks go to the actors in batches, several per call, so that a round of many
+    small tasks is not a round of many round trips:
+
+    - a stateful method's tasks, or all tasks when the user fixed ``clients_per_actor``, run on
+      their clients' home actors, one batch per actor;
+    - otherwise (``auto`` and a stateless method) the tasks, longest first, go out in batches that
+      shrink as the round empties (``_balanced``), and every actor that may run them (per
+      architecture with per-architecture GPU shares) keeps two batches queued, so it starts the next
+      batch, its payloads already fetched, the moment it ends one.
     """
+
+    QUEUED = 2
 
     def __init__(self, config: Config, method: Method, specs: list[ClientSpec], data,
                  initial_models: dict[str, Any] | None = None):
         rt = config.runtime
-        resources = ray.cluster_resources()
-        n = num_client_actors(len(specs), rt, resources.get("CPU", 0.0), resources.get("GPU", 0.0))
-        remote = ray.remote(num_cpus=rt.actor_cpus, num_gpus=rt.actor_gpus)(ClientActor)
-        x_ref, y_ref, specs_ref = ray.put(data.train_x), ray.put(data.train_y), ray.put(specs)
+        here = ray.get_runtime_context().get_node_id()
+        self.nodes = {n.node_id: n for n in alive_nodes(ray.nodes())}
+        self.slots = plan_actors(specs, rt, list(self.nodes.values()), here)
+        x, y, spans = client_major(data.train_x, data.train_y, specs)
+        x_ref, y_ref, specs_ref, spans_ref = ray.put(x), ray.put(y), ray.put(specs), ray.put(spans)
+        del x, y  # the object store holds them now
         aux_ref, initial_ref = ray.put(data.aux_x), ray.put(initial_models)
-        self.groups = assign_clients(specs, n)
-        self.actors = [remote.remote(config, method, specs_ref, x_ref, y_ref, data.num_classes, rt.actor_gpus,
-                                     [c.client_id for c in group], aux_x=aux_ref, initial_models=initial_ref)
-                       for group in self.groups]
-        self.owner = {spec.client_id: actor for actor, group in zip(self.actors, self.groups) for spec in group}
+        self.groups = assign_clients(specs, self.slots)
+        self.actors = [
+            ray.remote(ClientActor).options(
+                num_cpus=slot.cpus, num_gpus=slot.gpus,
+                scheduling_strategy=NodeAffinitySchedulingStrategy(node_id=slot.node_id, soft=False),
+            ).remote(config, method, specs_ref, x_ref, y_ref, data.num_classes, slot.gpus,
+                     [c.client_id for c in group], aux_x=aux_ref, initial_models=initial_ref, spans=spans_ref)
+            for slot, group in zip(self.slots, self.groups)]
+        self.owner = {spec.client_id: i for i, group in enumerate(self.groups) for spec in group}
         self.sizes = {spec.client_id: spec.num_samples for spec in specs}
         # an explicit clients_per_actor is a layout the user asked for: keep every client at home
         self.pinned = method.client.stateful or rt.clients_per_actor != "auto"
-        self._gather([a.hosted.remote() for a in self.actors], "start-up")
+        self.placements = self._gather([a.placement.remote() for a in self.actors], "start-up")
 
     def execute(self, plan: RoundPlan) -> list[ClientUpdate]:
         refs = {key: ray.put(payload) for key, payload in plan.broadcast.items()}
         stage = f"round {plan.tasks[0].round if plan.tasks else 0}"
 
-        def submit(actor, task):
-            return actor.run.remote(task, *(refs[k] for k in task.payload_keys))
+        def submit(i: int, tasks: list[ClientTask]):
+            keys = sorted({k for t in tasks for k in t.payload_keys})
+            return self.actors[i].run_batch.remote(tasks, keys, *(refs[k] for k in keys))
 
         if self.pinned:
-            updates = self._gather([submit(self.owner[t.client_id], t) for t in plan.tasks], stage)
+            batches: dict[int, list[ClientTask]] = {}
+            for task in plan.tasks:
+                batches.setdefault(self.owner[task.client_id], []).append(task)
+            parts = self._gather([submit(i, tasks) for i, tasks in batches.items()], stage)
         else:
-            longest_first = sorted(plan.tasks, key=lambda t: -self.sizes[t.client_id])
-            pool = ActorPool(self.actors)
-            updates = self._collect(lambda: list(pool.map_unordered(submit, longest_first)), stage)
-        return sorted(updates, key=lambda u: u.client_id)
+            parts = self._collect(lambda: self._balanced(plan.tasks, submit), stage)
+        return sorted((u for part in parts for u in part), key=lambda u: u.client_id)
+
+    def _balanced(self, tasks: list[ClientTask], submit) -> list[list[ClientUpdate]]:
+        """Longest first, each actor kept ``QUEUED`` batches deep until no task is left. A batch takes
+        1 / (QUEUED x actors) of the tasks left (guided self-scheduling): large batches while much
+        is left, single tasks at the end, so the actors finish together."""
+        todo: dict[Any, list[ClientTask]] = {}
+        for task in sorted(tasks, key=lambda t: -self.sizes[t.client_id]):
+            todo.setdefault(self._kind(task), []).append(task)
+        takers = {kind: [i for i, slot in enumerate(self.slots) if slot.arch == kind] for kind in todo}
+
+        def next_batch(kind) -> list[ClientTask]:
+            left = todo[kind]
+            size = max(1, math.ceil(len(left) / (self.QUEUED * len(takers[kind]))))
+            batch, todo[kind] = left[:size], left[size:]
+            return batch
+
+        running, results = {}, []
+        for _ in range(self.QUEUED):
+            for kind, actors in takers.items():
+                for i in actors:
+                    if todo[kind]:
+                        running[submit(i, next_batch(kind))] = (i, kind)
+        while running:
+            [done], _ = ray.wait(list(running), num_returns=1)
+            i, kind = running.pop(done)
+            results.append(ray.get(done))
+            if todo[kind]:
+                running[submit(i, next_batch(kind))] = (i, kind)
+        return results
+
+    def _kind(self, task: ClientTask) -> Any:
+        """Which actors may run a task: those of its architecture with per-architecture GPU shares."""
+        return task.arch if self.slots[0].arch is not None else None
 
     def client_states(self) -> dict[int, dict[str, Any]]:
         states: dict[int, dict[str, Any]] = {}
@@ -84,7 +140,13 @@ class RayExecutor:
         return self._gather([a.node_id.remote() for a in self.actors], "placement check")
 
     def describe(self) -> dict[str, Any]:
-        return {"backend": "ray", "actors": len(self.actors),
+        per_node = {}
+        for slot in self.slots:
+            per_node[self._node_name(slot.node_id)] = per_node.get(self._node_name(slot.node_id), 0) + 1
+        devices = {}
+        for where in self.placements:
+            devices[where["device"]] = devices.get(where["device"], 0) + 1
+        return {"backend": "ray", "actors": len(self.actors), "actors_per_node": per_node, "devices": devices,
                 "clients_per_actor": [len(g) for g in self.groups]}
 
     def shutdown(self) -> None:
@@ -98,14 +160,22 @@ class RayExecutor:
         try:
             return wait()
         except RayActorError as err:
-            ids = [c.client_id for group in self._lost_groups() for c in group]
+            lost = self._lost()
+            ids = [c.client_id for i in lost for c in self.groups[i]]
+            alive = {n.node_id for n in alive_nodes(ray.nodes())}
+            gone = sorted({self._node_name(self.slots[i].node_id) for i in lost if self.slots[i].node_id not in alive})
+            where = f" (node {', '.join(gone)} left the cluster)" if gone else ""
             raise ClientActorLost(
-                f"a client actor (hosting clients {_short(ids)}) died during {stage}: "
+                f"a client actor (hosting clients {_short(ids)}) died during {stage}{where}: "
                 f"{str(err).splitlines()[0]}"
             ) from None
 
-    def _lost_groups(self, timeout: float = 10.0) -> list[list[ClientSpec]]:
-        """The clients of every actor that does not answer a ping; all actors are pinged at once."""
+    def _node_name(self, node_id: str) -> str:
+        """``address/id-prefix``: the address for people, the id for nodes sharing an address."""
+        return f"{self.nodes[node_id].address}/{node_id[:8]}"
+
+    def _lost(self, timeout: float = 10.0) -> list[int]:
+        """The index of every actor that does not answer a ping; all actors are pinged at once."""
         pings = [a.hosted.remote() for a in self.actors]
         ready, _ = ray.wait(pings, num_returns=len(pings), timeout=timeout)
         answered = set()
@@ -115,7 +185,7 @@ class RayExecutor:
                 answered.add(ref)
             except Exception:  # the actor is dead: its ping fails
                 pass
-        return [group for ping, group in zip(pings, self.groups) if ping not in answered]
+        return [i for i, ping in enumerate(pings) if ping not in answered]
 
 
 def _short(ids: list[int]) -> str:

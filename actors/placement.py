@@ -1,45 +1,120 @@
-"""Cluster resources -> how many client actors, and which clients each one hosts."""
+"""Cluster resources -> the client actors to start: how many, on which node, for which architecture,
+with how many CPUs and which GPU share; and which clients each one hosts.
+
+Pure functions of the nodes' resources (``ray.nodes()``), so the plan is tested without a cluster.
+Actors are placed node by node, each on the node with the most CPU left, which spreads them over
+the cluster and sizes the pool to each node: a node with 4 free CPUs gets 4 one-CPU actors, one
+with 1 gets one. The server actor's request is taken off the driver's node, where it runs.
+
+GPU shares are a float (every actor) or a mapping architecture -> share
+(``actor_gpus: {resnet8: 0.5, mlp: 0.1}``); with a mapping every actor hosts clients of one
+architecture, and each architecture gets actors in proportion to its clients.
+"""
 
 from __future__ import annotations
 
 import math
+from collections import Counter
+from dataclasses import dataclass
+from typing import Optional
 
 from fedray.config import RuntimeConfig
 from fedray.messages import ClientSpec
 
+EPS = 1e-9
 
-def num_client_actors(num_clients: int, runtime: RuntimeConfig, cpus: float, gpus: float) -> int:
-    """How many ClientActors to start.
 
-    ``clients_per_actor: auto`` starts one actor per ``actor_cpus`` CPUs (and per ``actor_gpus``
-    GPU share when GPUs are requested) left after the server's request, at most one per client.
-    An integer k starts ceil(num_clients / k) actors. Raises ValueError, naming the settings to
-    change, when those actors cannot all be placed at once.
+@dataclass(frozen=True)
+class Node:
+    """A node's id and what it offers (``Resources`` of ``ray.nodes()``)."""
+
+    node_id: str
+    cpus: float
+    gpus: float = 0.0
+    address: str = ""
+
+
+@dataclass(frozen=True)
+class Slot:
+    """One client actor to start: where, for which architecture (None: any), with what request."""
+
+    node_id: str
+    arch: Optional[str]
+    cpus: float
+    gpus: float
+
+
+def alive_nodes(ray_nodes: list[dict]) -> list[Node]:
+    """``ray.nodes()`` -> the nodes that are alive, with their CPUs and GPUs."""
+    return [Node(n["NodeID"], float(n["Resources"].get("CPU", 0.0)), float(n["Resources"].get("GPU", 0.0)),
+                 n.get("NodeManagerAddress", ""))
+            for n in ray_nodes if n.get("Alive", n.get("alive", False))]
+
+
+def plan_actors(specs: list[ClientSpec], runtime: RuntimeConfig, nodes: list[Node], server_node: str) -> list[Slot]:
+    """The client actors to start.
+
+    ``clients_per_actor: auto`` starts as many actors as the nodes hold (one per ``actor_cpus``
+    CPUs and per GPU share), at most one per client; an integer k starts ceil(clients / k) actors
+    (per architecture with per-architecture shares). Raises ValueError naming the settings to
+    change when those actors cannot all be placed.
     """
-    free_cpus = cpus - runtime.server_cpus
-    free_gpus = gpus - runtime.server_gpus
-    slots = math.floor(free_cpus / runtime.actor_cpus + 1e-9)
-    if runtime.actor_gpus > 0:
-        slots = min(slots, math.floor(free_gpus / runtime.actor_gpus + 1e-9))
+    free = {n.node_id: [n.cpus, n.gpus] for n in nodes}
+    if server_node in free:
+        free[server_node][0] -= runtime.server_cpus
+        free[server_node][1] -= runtime.server_gpus
+    per_arch = isinstance(runtime.actor_gpus, dict)
+    clients = Counter(spec.arch for spec in specs) if per_arch else Counter({None: len(specs)})
     if runtime.clients_per_actor == "auto":
-        wanted = min(num_clients, max(slots, 1))
+        wanted = dict(clients)
     else:
-        wanted = math.ceil(num_clients / runtime.clients_per_actor)
-    if wanted > slots:
-        need = f"{wanted} client actors x {runtime.actor_cpus:g} CPUs"
-        if runtime.actor_gpus > 0:
-            need += f" and {runtime.actor_gpus:g} GPUs"
-        raise ValueError(
-            f"{need} do not fit the cluster ({cpus:g} CPUs, {gpus:g} GPUs, server takes "
-            f"{runtime.server_cpus:g} CPUs): lower runtime.actor_cpus/actor_gpus, raise "
-            f"runtime.clients_per_actor, or use clients_per_actor: auto"
-        )
-    return wanted
+        wanted = {arch: math.ceil(count / runtime.clients_per_actor) for arch, count in clients.items()}
+    slots: list[Slot] = []
+    placed: Counter = Counter()
+    while True:
+        # the architecture furthest below its share of actors goes next
+        open_archs = [a for a in wanted if placed[a] < wanted[a]]
+        if not open_archs:
+            break
+        arch = min(open_archs, key=lambda a: (placed[a] / clients[a], str(a)))
+        share = runtime.gpus_for(arch)
+        fits = [nid for nid, (cpus, gpus) in free.items() if cpus >= runtime.actor_cpus - EPS and gpus >= share - EPS]
+        if not fits:
+            if runtime.clients_per_actor != "auto" or placed[arch] == 0:
+                raise ValueError(_no_fit(runtime, wanted, nodes, arch))
+            wanted[arch] = placed[arch]  # auto: the cluster is full for this architecture
+            continue
+        node = max(fits, key=lambda nid: (free[nid][0], free[nid][1], nid == server_node))
+        free[node][0] -= runtime.actor_cpus
+        free[node][1] -= share
+        slots.append(Slot(node, arch, runtime.actor_cpus, share))
+        placed[arch] += 1
+    return slots
 
 
-def assign_clients(clients: list[ClientSpec], num_actors: int) -> list[list[ClientSpec]]:
-    """Round-robin: client i goes to actor i mod n, so architectures and sizes spread evenly."""
-    groups: list[list[ClientSpec]] = [[] for _ in range(num_actors)]
-    for i, client in enumerate(clients):
-        groups[i % num_actors].append(client)
+def _no_fit(runtime: RuntimeConfig, wanted: dict, nodes: list[Node], arch: Optional[str]) -> str:
+    total = sum(wanted.values())
+    need = f"{total} client actors x {runtime.actor_cpus:g} CPUs"
+    share = runtime.gpus_for(arch)
+    if share > 0:
+        need += f" and {share:g} GPUs" + (f" ({arch})" if arch is not None else "")
+    cpus, gpus = sum(n.cpus for n in nodes), sum(n.gpus for n in nodes)
+    return (f"{need} do not fit the cluster ({len(nodes)} nodes, {cpus:g} CPUs, {gpus:g} GPUs, server takes "
+            f"{runtime.server_cpus:g} CPUs and {runtime.server_gpus:g} GPUs): lower runtime.actor_cpus/actor_gpus, "
+            f"raise runtime.clients_per_actor, or use clients_per_actor: auto")
+
+
+def assign_clients(clients: list[ClientSpec], slots: list[Slot]) -> list[list[ClientSpec]]:
+    """Round-robin over the actors that take the client's architecture (all of them, without
+    per-architecture shares): architectures and sizes spread evenly."""
+    groups: list[list[ClientSpec]] = [[] for _ in slots]
+    takers: dict[Optional[str], list[int]] = {}
+    for i, slot in enumerate(slots):
+        takers.setdefault(slot.arch, []).append(i)
+    seen: Counter = Counter()
+    for client in clients:
+        key = client.arch if client.arch in takers else None
+        options = takers[key]
+        groups[options[seen[key] % len(options)]].append(client)
+        seen[key] += 1
     return groups

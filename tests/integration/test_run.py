@@ -8,7 +8,8 @@ import ray
 
 from actors.client import ClientActorLost, RayExecutor
 from actors.driver import root_cause
-from fedray.federation import CHECKPOINT, Federation, read_checkpoint
+from fedray.checkpoint import CHECKPOINT, read_checkpoint
+from fedray.federation import Federation
 from fedray.messages import ClientFailure, ClientTask, RoundPlan
 from fedray.runner import ERROR_LOG, RunFailed, run_experiment
 from fedray.tracking import read_scalars
@@ -23,7 +24,9 @@ pytestmark = pytest.mark.integration
 def test_two_architectures_on_four_actors_learn_and_log(local_ray, tmp_path):
     config = small_config()
     summary = run_experiment(config, tmp_path, progress=False)
-    assert summary["executor"] == {"backend": "ray", "actors": 4, "clients_per_actor": [3, 3, 2, 2]}
+    node = f"{ray.util.get_node_ip_address()}/{ray.get_runtime_context().get_node_id()[:8]}"
+    assert summary["executor"] == {"backend": "ray", "actors": 4, "actors_per_node": {node: 4}, "devices": {"cpu": 4},
+                                   "clients_per_actor": [3, 3, 2, 2]}
     scalars = read_scalars(tmp_path)
     for arch in ("mlp", "lenet5"):
         steps = [s for s, _ in scalars[f"eval/accuracy/{arch}"]]
