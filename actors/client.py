@@ -1,4 +1,4 @@
-"""ClientActor: a ``fedray.clients.ClientHost`` made a Ray actor, and the executor that drives them."""
+"""RayExecutor: runs each round's tasks on the client actors (``actors.pool``)."""
 
 from __future__ import annotations
 
@@ -7,10 +7,10 @@ from typing import Any
 
 import ray
 from ray.exceptions import RayActorError
-from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-from actors.placement import alive_nodes, assign_clients, plan_actors
-from fedray.clients import ClientHost, client_major
+from actors.placement import alive_nodes, assign_clients
+from actors.pool import ClientPool
+from fedray.clients import client_major
 from fedray.config import Config
 from fedray.experiment import Method
 from fedray.messages import ClientSpec, ClientTask, ClientUpdate, RoundPlan
@@ -18,18 +18,6 @@ from fedray.messages import ClientSpec, ClientTask, ClientUpdate, RoundPlan
 
 class ClientActorLost(RuntimeError):
     """A client actor died (process crash, node loss, out of memory)."""
-
-
-class ClientActor(ClientHost):
-    """ClientHost plus where it runs (for placement checks)."""
-
-    def node_id(self) -> str:
-        return ray.get_runtime_context().get_node_id()
-
-    def placement(self) -> dict[str, Any]:
-        """Its node, its torch device, the GPUs Ray gave it and its share of them."""
-        return {"node": self.node_id(), "device": str(self.device), "gpu_ids": [str(g) for g in ray.get_gpu_ids()],
-                "gpus": self.gpus, "hosted": self.hosted()}
 
 
 class RayExecutor:
@@ -54,28 +42,27 @@ class RayExecutor:
     QUEUED = 2
 
     def __init__(self, config: Config, method: Method, specs: list[ClientSpec], data,
-                 initial_models: dict[str, Any] | None = None):
-        rt = config.runtime
-        here = ray.get_runtime_context().get_node_id()
-        self.nodes = {n.node_id: n for n in alive_nodes(ray.nodes())}
-        self.slots = plan_actors(specs, rt, list(self.nodes.values()), here)
+                 initial_models: dict[str, Any] | None = None, pool: ClientPool | None = None):
+        pool = pool or ClientPool(config, [spec.arch for spec in specs])
+        self.nodes, self.slots, self.actors = pool.nodes, pool.slots, pool.actors
+        groups = assign_clients(specs, self.slots)
+        for actor in [a for a, g in zip(self.actors, groups) if not g]:
+            ray.kill(actor)  # planned from the config's clients, left without one (a pooled baseline)
+        self.slots, self.actors = [s for s, g in zip(self.slots, groups) if g], [a for a, g in zip(self.actors, groups) if g]
         x, y, spans = client_major(data.train_x, data.train_y, specs)
         x_ref, y_ref, specs_ref, spans_ref = ray.put(x), ray.put(y), ray.put(specs), ray.put(spans)
         del x, y  # the object store holds them now
         aux_ref, initial_ref = ray.put(data.aux_x), ray.put(initial_models)
         self.groups = assign_clients(specs, self.slots)
-        self.actors = [
-            ray.remote(ClientActor).options(
-                num_cpus=slot.cpus, num_gpus=slot.gpus,
-                scheduling_strategy=NodeAffinitySchedulingStrategy(node_id=slot.node_id, soft=False),
-            ).remote(config, method, specs_ref, x_ref, y_ref, data.num_classes, slot.gpus,
-                     [c.client_id for c in group], aux_x=aux_ref, initial_models=initial_ref, spans=spans_ref)
-            for slot, group in zip(self.slots, self.groups)]
+        self.placements = self._gather(
+            [actor.setup.remote(config, method, specs_ref, x_ref, y_ref, data.num_classes, slot.gpus,
+                                [c.client_id for c in group], aux_x=aux_ref, initial_models=initial_ref,
+                                spans=spans_ref)
+             for actor, slot, group in zip(self.actors, self.slots, self.groups)], "start-up")
         self.owner = {spec.client_id: i for i, group in enumerate(self.groups) for spec in group}
         self.sizes = {spec.client_id: spec.num_samples for spec in specs}
         # an explicit clients_per_actor is a layout the user asked for: keep every client at home
-        self.pinned = method.client.stateful or rt.clients_per_actor != "auto"
-        self.placements = self._gather([a.placement.remote() for a in self.actors], "start-up")
+        self.pinned = method.client.stateful or config.runtime.clients_per_actor != "auto"
 
     def execute(self, plan: RoundPlan) -> list[ClientUpdate]:
         refs = {key: ray.put(payload) for key, payload in plan.broadcast.items()}

@@ -3,6 +3,7 @@
 It is pinned to the driver's node, so event files, checkpoints and ``result.json`` land in the run
 folder the user named, also when the run is a ``ray job submit`` on a cluster. The round loop and
 torch are imported in ``start``, in the actor: the driver that defines the actor imports neither.
+The constructor starts the client actors, so their processes start while ``start`` works.
 """
 
 from __future__ import annotations
@@ -20,22 +21,38 @@ if TYPE_CHECKING:
 
 
 class ServerActor:
-    """The constructor only stores its arguments; ``start`` builds the federation, so a failure
-    there (missing data, actors that do not fit) reaches the driver as an ordinary task error."""
+    """``start`` builds the federation, so a failure there (a bad method, missing data, actors
+    that do not fit) reaches the driver as an ordinary task error."""
 
     def __init__(self, config: Config, method: Optional[Method], run_dir: str, resume: bool = False):
+        """Stores its arguments and starts the client actors' processes (``actors.pool``), so they
+        start while ``start`` imports torch and loads the data; a pool that does not fit is
+        reported by ``start``."""
+        from actors.pool import ClientPool
+
         self.args = (config, method, run_dir, resume)
         self.federation: Federation | None = None
+        try:
+            self.pool, self.launch_error = ClientPool(config, config.federation.client_archs()), None
+        except ValueError as err:
+            self.pool, self.launch_error = None, err
 
     def start(self) -> int:
-        """Build the federation (resolving the method when the driver did not) and its client actors."""
+        """Resolve the method (when the driver did not: a bad one fails here, before the run folder
+        is made), then build the federation on the started client actors."""
+        from functools import partial
+
         from actors.client import RayExecutor
         from actors.tree import tree_actor_factory
+        from fedray.experiment import resolve
         from fedray.federation import Federation
 
         config, method, run_dir, resume = self.args
-        self.federation = Federation(config, run_dir, RayExecutor, resume=resume, tree_factory=tree_actor_factory(),
-                                     method=method)
+        method = method or resolve(config)
+        if self.launch_error is not None:
+            raise self.launch_error
+        self.federation = Federation(config, run_dir, partial(RayExecutor, pool=self.pool), resume=resume,
+                                     tree_factory=tree_actor_factory(), method=method)
         return self.federation.round
 
     def current_round(self) -> int:

@@ -5,22 +5,19 @@ federation, an unknown method, model or data set, or a missing data file is one 
 exit status 2, and no run folder is made. A run that fails later is one line too (exit status 1),
 naming ``RUN_DIR/error.log`` with the whole traceback and the checkpoint to resume from.
 
-The driver of a Ray run imports no torch (the actors do the work): it checks the data itself and
-the method in a short-lived child process while Ray starts.
+The driver of a Ray run imports no torch (the actors do the work): it checks the data itself, and
+the server actor resolves the method before it makes the run folder.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Optional
 
 from fedray.config import Config, ConfigError, apply_overrides, build_config, load_config
-from fedray.messages import one_line
 
 EXIT_CONFIG, EXIT_RUN = 2, 1
 
@@ -38,44 +35,6 @@ def _resolve(config: Config):
     from fedray.experiment import resolve
 
     return resolve(config)
-
-
-_CHILD = ("import json, sys\n"
-          "from fedray.cli import _problem\n"
-          "from fedray.config import build_config\n"
-          "print(json.dumps(_problem(build_config(json.loads(sys.argv[1])))))\n")
-
-
-def _problem(config: Config) -> Optional[str]:
-    """What ``resolve`` objects to, as one line, or None (run in a child process)."""
-    try:
-        _resolve(config)
-    except (ConfigError, ValueError) as err:
-        return str(err)
-    return None
-
-
-def _resolve_while_ray_starts(config: Config) -> Optional[str]:
-    """Resolve the method in a child interpreter (which imports torch) while this one starts or
-    joins Ray; what the child objects to, or None. Raises RayUnavailable when Ray cannot be started
-    or reached."""
-    from actors.driver import connect
-
-    child = subprocess.Popen([sys.executable, "-c", _CHILD, json.dumps(config.to_dict())],
-                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    try:
-        connect(config.runtime)
-    except Exception as err:  # Ray's own errors here are many kinds (address, auth, resources)
-        child.kill()
-        raise RayUnavailable(f"could not start or join Ray: {one_line(err)}") from None
-    out, err = child.communicate()
-    if child.returncode != 0:
-        raise RuntimeError(f"checking the config failed:\n{err}")
-    return json.loads(out.strip().splitlines()[-1])
-
-
-class RayUnavailable(RuntimeError):
-    """``ray.init`` failed: no cluster at the address, a refused token, too few resources."""
 
 
 def _default_run_dir(config: Config) -> Path:
@@ -164,18 +123,10 @@ def main(argv: list[str] | None = None) -> int:
         method = None
         if args.command == "check" or config.runtime.backend == "local":
             method = _resolve(config)
-            _check_data(config)
-        else:
-            _check_data(config)
-            problem = _resolve_while_ray_starts(config)
-            if problem:
-                raise ConfigError(problem)
+        _check_data(config)
     except (ConfigError, FileNotFoundError, ValueError) as err:
         print(f"fedray: error: {err}", file=sys.stderr)
         return EXIT_CONFIG
-    except RayUnavailable as err:
-        print(f"fedray: error: {err}", file=sys.stderr)
-        return EXIT_RUN
     if args.command == "check":
         print(f"config ok: {config.name} ({config.algorithm.name}, {config.federation.num_clients} clients, "
               f"{config.data.dataset})")
@@ -183,10 +134,15 @@ def main(argv: list[str] | None = None) -> int:
 
     from fedray.runner import RunFailed, run_experiment
 
-    print(f"fedray: run folder {run_dir}  (tensorboard --logdir {run_dir.parent})", file=sys.stderr)
+    def announce():
+        print(f"fedray: run folder {run_dir}  (tensorboard --logdir {run_dir.parent})", file=sys.stderr)
+
     try:
         summary = run_experiment(config, run_dir, resume=args.command == "resume",
-                                 progress=not args.no_progress, method=method)
+                                 progress=not args.no_progress, method=method, announce=announce)
+    except ConfigError as err:  # the method, resolved in the server actor: nothing has run
+        print(f"fedray: error: {err}", file=sys.stderr)
+        return EXIT_CONFIG
     except RunFailed as err:
         print(f"fedray: error: {err}", file=sys.stderr)
         return EXIT_RUN

@@ -160,6 +160,10 @@ class FederationConfig(_Section):
             )
         return self
 
+    def client_archs(self) -> list[str]:
+        """Each client's architecture, in client order: the config's order, in blocks."""
+        return [arch for arch, count in self.architectures.items() for _ in range(count)]
+
 
 class RuntimeConfig(_Section):
     """Where and how the Ray actors run.

@@ -104,7 +104,7 @@ def make_clients(config: Config, bundle: DatasetBundle, pools_data: bool) -> lis
     else:
         splits = partition(bundle.train_y, fed.num_clients, d.partition, d.seed, alpha=d.alpha,
                            classes_per_client=d.classes_per_client, balancedness=d.balancedness)
-    archs = [arch for arch, count in fed.architectures.items() for _ in range(count)]
+    archs = fed.client_archs()
     if pools_data:
         if d.groups > 1 or d.adversaries != "none":
             raise ValueError("a pooled-data baseline cannot have client groups or adversaries")

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any, Callable, Optional
 from tqdm import tqdm
 
 from fedray.checkpoint import checkpoint_round
-from fedray.config import Config
+from fedray.config import Config, ConfigError
 from fedray.messages import RoundResult, one_line
 
 if TYPE_CHECKING:
@@ -62,15 +62,17 @@ def local_stepper(config: Config, method: Optional[Method], run_dir: Path, resum
 
 
 def run_experiment(config: Config, run_dir: str | Path, resume: bool = False, progress: bool = True,
-                   method: Optional[Method] = None) -> dict[str, Any]:
+                   method: Optional[Method] = None, announce: Callable[[], None] = lambda: None) -> dict[str, Any]:
     """Run (or resume) an experiment to ``federation.rounds``; return the summary of result.json.
 
     ``method`` is the resolved method; None resolves it where the round loop runs (in the
-    ServerActor for the Ray backend, so the driver never imports torch).
+    ServerActor for the Ray backend, so the driver never imports torch). ``announce`` is called
+    once the run has started (its folder exists).
 
     Raises:
-        RunFailed: with one line naming the failure (an unknown method, data set or model too),
-            ``error.log``, the last checkpoint and the resume command.
+        ConfigError: the method or its parameters are bad (found before the run folder is made).
+        RunFailed: with one line naming the failure, ``error.log``, the last checkpoint and the
+            resume command.
     """
     run_dir = Path(run_dir)
     try:
@@ -80,11 +82,14 @@ def run_experiment(config: Config, run_dir: str | Path, resume: bool = False, pr
             from actors.driver import ray_stepper
 
             stepper = ray_stepper(config, method, run_dir, resume)
+        announce()
         _step_all(stepper, config, progress)
         return stepper.finish()
     except KeyboardInterrupt:
         raise RunFailed(resume_hint("interrupted", run_dir)) from None
     except Exception as err:  # any failure: one line here, the whole story in error.log
+        if isinstance(root_cause(err), ConfigError) and not run_dir.exists():
+            raise root_cause(err) from None
         log = write_error_log(run_dir, err)
         raise RunFailed(resume_hint(f"{one_line(root_cause(err))} (traceback: {log})", run_dir)) from None
 

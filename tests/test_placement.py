@@ -10,6 +10,10 @@ def specs(n: int, archs=("mlp",)) -> list[ClientSpec]:
     return [ClientSpec(i, archs[i * len(archs) // n], np.arange(3)) for i in range(n)]
 
 
+def plan(clients, runtime, nodes, server):
+    return plan_actors([c.arch for c in clients], runtime, nodes, server)
+
+
 def per_node(slots) -> dict[str, int]:
     out: dict[str, int] = {}
     for s in slots:
@@ -19,39 +23,39 @@ def per_node(slots) -> dict[str, int]:
 
 def test_auto_uses_one_actor_per_cpu_slot():
     one = [Node("a", 2)]
-    assert len(plan_actors(specs(100), RuntimeConfig(actor_cpus=1), one, "a")) == 2
-    assert len(plan_actors(specs(3), RuntimeConfig(actor_cpus=0.5), [Node("a", 8)], "a")) == 3  # one per client at most
-    assert len(plan_actors(specs(100), RuntimeConfig(actor_cpus=1, server_cpus=1), [Node("a", 4)], "a")) == 3
+    assert len(plan(specs(100), RuntimeConfig(actor_cpus=1), one, "a")) == 2
+    assert len(plan(specs(3), RuntimeConfig(actor_cpus=0.5), [Node("a", 8)], "a")) == 3  # one per client at most
+    assert len(plan(specs(100), RuntimeConfig(actor_cpus=1, server_cpus=1), [Node("a", 4)], "a")) == 3
 
 
 def test_the_pool_is_sized_per_node_and_spread():
     nodes = [Node("head", 1), Node("w2", 2), Node("w3", 3)]
-    slots = plan_actors(specs(100), RuntimeConfig(actor_cpus=1), nodes, "head")
+    slots = plan(specs(100), RuntimeConfig(actor_cpus=1), nodes, "head")
     assert per_node(slots) == {"head": 1, "w2": 2, "w3": 3}
     assert [s.node_id for s in slots[:3]] == ["w3", "w2", "w3"]  # the node with the most CPU left goes first
     # the server's CPUs come off the driver's node only
-    slots = plan_actors(specs(100), RuntimeConfig(actor_cpus=1, server_cpus=1), nodes, "head")
+    slots = plan(specs(100), RuntimeConfig(actor_cpus=1, server_cpus=1), nodes, "head")
     assert per_node(slots) == {"w2": 2, "w3": 3}
     # few clients: spread, not stacked on one node
-    assert per_node(plan_actors(specs(3), RuntimeConfig(actor_cpus=1), nodes, "head")) == {"w3": 2, "w2": 1}
+    assert per_node(plan(specs(3), RuntimeConfig(actor_cpus=1), nodes, "head")) == {"w3": 2, "w2": 1}
 
 
 def test_auto_respects_gpu_shares_and_refuses_a_fifth_quarter():
     gpu = [Node("g", 16, 1)]
-    slots = plan_actors(specs(100), RuntimeConfig(actor_cpus=1, actor_gpus=0.25), gpu, "g")
+    slots = plan(specs(100), RuntimeConfig(actor_cpus=1, actor_gpus=0.25), gpu, "g")
     assert len(slots) == 4 and all(s.gpus == 0.25 for s in slots)
     with pytest.raises(ValueError, match=r"5 client actors x 1 CPUs and 0.25 GPUs do not fit the cluster "
                                          r"\(1 nodes, 16 CPUs, 1 GPUs"):
-        plan_actors(specs(5), RuntimeConfig(actor_cpus=1, actor_gpus=0.25, clients_per_actor=1), gpu, "g")
+        plan(specs(5), RuntimeConfig(actor_cpus=1, actor_gpus=0.25, clients_per_actor=1), gpu, "g")
     with pytest.raises(ValueError, match="0.5 GPUs do not fit"):  # no GPU at all
-        plan_actors(specs(4), RuntimeConfig(actor_gpus=0.5), [Node("c", 8)], "c")
+        plan(specs(4), RuntimeConfig(actor_gpus=0.5), [Node("c", 8)], "c")
 
 
 def test_per_architecture_shares_give_each_architecture_its_own_actors():
     rt = build_config({"federation": {"num_clients": 12, "architectures": {"resnet8": 4, "mlp": 8}},
                        "runtime": {"actor_cpus": 1, "actor_gpus": {"resnet8": 0.5, "mlp": 0.1}}}).runtime
     clients = specs(12, ("resnet8", "resnet8", "mlp", "mlp", "mlp", "mlp"))
-    slots = plan_actors(clients, rt, [Node("g", 8, 1)], "g")
+    slots = plan(clients, rt, [Node("g", 8, 1)], "g")
     shares = sorted((s.arch, s.gpus) for s in slots)
     # 0.5 + 0.5 fills the GPU for resnet8; mlp takes the 6 CPUs left at 0.1 each... until the GPU is full
     assert shares.count(("resnet8", 0.5)) == 1 and all(g == 0.1 for a, g in shares if a == "mlp")
@@ -61,19 +65,19 @@ def test_per_architecture_shares_give_each_architecture_its_own_actors():
         assert {c.arch for c in group} <= {slot.arch}  # an actor hosts one architecture
     assert sorted(c.client_id for g in groups for c in g) == list(range(12))
     rt_fixed = rt.model_copy(update={"clients_per_actor": 4})
-    fixed = plan_actors(clients, rt_fixed, [Node("g", 8, 1)], "g")
+    fixed = plan(clients, rt_fixed, [Node("g", 8, 1)], "g")
     assert sorted(s.arch for s in fixed) == ["mlp", "mlp", "resnet8"]
 
 
 def test_one_actor_per_client_and_clear_error_when_it_cannot_fit():
-    assert len(plan_actors(specs(10), RuntimeConfig(clients_per_actor=1, actor_cpus=0.2), [Node("a", 2)], "a")) == 10
+    assert len(plan(specs(10), RuntimeConfig(clients_per_actor=1, actor_cpus=0.2), [Node("a", 2)], "a")) == 10
     with pytest.raises(ValueError, match="100 client actors x 1 CPUs do not fit the cluster"):
-        plan_actors(specs(100), RuntimeConfig(clients_per_actor=1, actor_cpus=1), [Node("a", 2)], "a")
+        plan(specs(100), RuntimeConfig(clients_per_actor=1, actor_cpus=1), [Node("a", 2)], "a")
 
 
 def test_round_robin_assignment_and_alive_nodes():
     clients = [ClientSpec(i, "cnn" if i < 3 else "mlp", np.arange(i)) for i in range(5)]
-    slots = plan_actors(clients, RuntimeConfig(actor_cpus=1), [Node("a", 2)], "a")
+    slots = plan(clients, RuntimeConfig(actor_cpus=1), [Node("a", 2)], "a")
     assert [[c.client_id for c in g] for g in assign_clients(clients, slots)] == [[0, 2, 4], [1, 3]]
     raw = [{"NodeID": "x", "Alive": True, "Resources": {"CPU": 4.0, "GPU": 1.0}, "NodeManagerAddress": "10.0.0.1"},
            {"NodeID": "y", "Alive": False, "Resources": {"CPU": 8.0}}]
