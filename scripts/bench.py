@@ -1,16 +1,26 @@
-"""Benchmark W1: fedray versus a plain single-process PyTorch loop doing the identical computation.
+"""Benchmarks: fedray versus a plain single-process PyTorch loop doing the identical computation.
 
-W1: Fashion-MNIST, 100 iid clients, 10 per round, 1 local epoch, batch 32, SGD lr 0.05, the FedAvg
-2-conv CNN, 20 rounds, test accuracy once at the end (configs/bench_w1.yaml).
+Workloads (Fashion-MNIST, FedAvg, batch 32, SGD lr 0.05, 1 local epoch, test set evaluated at the end):
 
-Both sides use the same split, the same clients each round, the same per-client batch order and
-the same initial model, so they perform the same SGD steps. Each side runs in its own subprocess;
-fedray's time includes ``ray.init`` and the start of every actor. Peak memory is the peak of the
-summed proportional set size (PSS) of every process involved (driver and Ray processes for
-fedray), sampled every 0.25 s.
+- ``w1`` (configs/bench_w1.yaml): 100 iid clients, 10 per round, the 2-conv CNN, 20 rounds.
+- ``w2`` (configs/bench_w2.yaml): many small tasks: 500 clients of 120 samples, 50 per round, 5 rounds.
+- ``k1000`` (configs/bench_1000.yaml): 1,000 clients of three architectures (CNN, LeNet-5, MLP),
+  100 per round, 5 rounds; also reports the time from the command's start to the end of round one.
+- ``scale``: the k1000 federation with 10, 100 and 1,000 clients per round (3 rounds each): the
+  cost per client update, rounds 2-3, of both sides.
 
-    python scripts/bench_w1.py            # prints a table and the ratio fedray / plain loop
-    python scripts/bench_w1.py --json out.json
+Both sides use the same split, the same clients each round, the same per-client batch order and the
+same initial models, so they perform the same SGD steps (the last bits of a step differ between the
+plain loop's 2 torch threads and an actor's 1, so the final accuracies agree to about 0.001). The
+plain loop is written lean: one model per architecture, running float64 sums for the average. Each side is
+one command in its own process: the plain loop is ``bench.py --part plain``, fedray is the real
+``fedray run CONFIG``. Wall time runs from starting the command to its exit (interpreter start,
+imports, ``ray.init`` and every actor's start included). Peak memory is the peak of the summed
+proportional set size (PSS) of the command's process and all its descendants (for fedray: the
+driver, Ray's daemons and every actor), sampled every 0.2 s, with the split by process at the peak.
+
+    python scripts/bench.py                      # every workload, then the table
+    python scripts/bench.py --only w1,w2 --json out.json
 """
 
 from __future__ import annotations
@@ -21,57 +31,83 @@ import os
 import platform
 import subprocess
 import sys
+import tempfile
 import threading
 import time
+from collections import Counter
 from pathlib import Path
 
 import psutil
 
-from fedray.repro import cpu_model
-
 ROOT = Path(__file__).resolve().parents[1]
-CONFIG = ROOT / "configs" / "bench_w1.yaml"
+CONFIGS = {"w1": "bench_w1.yaml", "w2": "bench_w2.yaml", "k1000": "bench_1000.yaml", "scale": "bench_1000.yaml"}
+SCALE_ROUNDS, SCALE_PER_ROUND = 3, (10, 100, 1000)
+
+
+def process_label(proc: psutil.Process, driver_pid: int) -> str:
+    """A short name for one process of the measured tree: the driver, a Ray daemon or an actor."""
+    if proc.pid == driver_pid:
+        return "driver"
+    cmd = proc.cmdline()
+    if not cmd:
+        return "other"
+    if cmd[0].startswith("ray::"):
+        return cmd[0].split(".")[0].split()[0]  # ray::ClientActor.run -> ray::ClientActor
+    for part in cmd[:3]:
+        name = Path(part).name
+        if name in ("gcs_server", "raylet", "dashboard.py", "monitor.py", "log_monitor.py", "agent.py"):
+            return name
+    return Path(cmd[0]).name
 
 
 class PeakMemory:
-    """Samples the summed PSS of this process, its children and Ray's processes."""
+    """Samples the summed PSS of a process and all its descendants; keeps the split at the peak."""
 
-    def __init__(self, include_ray: bool):
-        self.include_ray, self.peak, self._stop = include_ray, 0, threading.Event()
+    def __init__(self, pid: int, interval: float = 0.2):
+        self.root, self.interval = psutil.Process(pid), interval
+        self.peak, self.split = 0, {}
+        self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, daemon=True)
 
-    def _processes(self):
-        me = psutil.Process()
-        procs = {me.pid: me, **{p.pid: p for p in me.children(recursive=True)}}
-        if self.include_ray:
-            for p in psutil.process_iter(["cmdline"]):
-                cmd = " ".join(p.info["cmdline"] or [])
-                if "ray" in cmd and ("ray::" in cmd or "/ray/" in cmd or "raylet" in cmd or "gcs_server" in cmd):
-                    procs[p.pid] = p
-        return procs.values()
+    def sample(self) -> None:
+        try:
+            procs = [self.root, *self.root.children(recursive=True)]
+        except psutil.Error:
+            return
+        total, split = 0, Counter()
+        for p in procs:
+            try:
+                pss = p.memory_full_info().pss
+                split[process_label(p, self.root.pid)] += pss
+                total += pss
+            except (psutil.Error, OSError):
+                pass
+        if total > self.peak:
+            self.peak, self.split = total, dict(split)
 
-    def _loop(self):
+    def _loop(self) -> None:
         while not self._stop.is_set():
-            total = 0
-            for p in self._processes():
-                try:
-                    total += p.memory_full_info().pss
-                except (psutil.Error, OSError):
-                    pass
-            self.peak = max(self.peak, total)
-            time.sleep(0.25)
+            self.sample()
+            time.sleep(self.interval)
 
-    def __enter__(self):
+    def __enter__(self) -> "PeakMemory":
         self._thread.start()
         return self
 
-    def __exit__(self, *exc):
+    def __exit__(self, *exc) -> None:
         self._stop.set()
         self._thread.join()
 
 
-def run_plain(config) -> dict:
-    """The same FedAvg computation written as a plain PyTorch loop in one process."""
+def load(workload: str, overrides: list[str]):
+    from fedray.config import load_config
+
+    return load_config(ROOT / "configs" / CONFIGS[workload], overrides)
+
+
+def run_plain(config, device: str = "cpu") -> dict:
+    """The same FedAvg computation written as a plain PyTorch loop in one process: one global model
+    per architecture, averaged (unweighted, in float64) over that architecture's clients of the round."""
     import torch
     import torch.nn.functional as F
 
@@ -82,89 +118,173 @@ def run_plain(config) -> dict:
     fed, tr = config.federation, config.training
     data = load_dataset(config.data.dataset, config.data.root)
     splits = partition(data.train_y, fed.num_clients, "iid", config.data.seed)
-    x_all, y_all = torch.from_numpy(data.train_x), torch.from_numpy(data.train_y)
-    shards = [(x_all[torch.from_numpy(s)], y_all[torch.from_numpy(s)]) for s in splits]
-    torch.manual_seed(config.seed)
-    model = create_model("cnn", data.input_shape, data.num_classes)
-    global_state = {k: v.clone() for k, v in model.state_dict().items()}
+    archs = [arch for arch, count in fed.architectures.items() for _ in range(count)]
+    x_all, y_all = torch.from_numpy(data.train_x).to(device), torch.from_numpy(data.train_y).to(device)
+    shards = [(x_all[torch.from_numpy(s).to(device)], y_all[torch.from_numpy(s).to(device)]) for s in splits]
+    models, global_states = {}, {}
+    for arch in fed.architectures:
+        torch.manual_seed(config.seed)
+        models[arch] = create_model(arch, data.input_shape, data.num_classes).to(device)
+        global_states[arch] = {k: v.clone() for k, v in models[arch].state_dict().items()}
+    round_s = []
     for rnd in range(1, fed.rounds + 1):
+        start = time.perf_counter()
         chosen = sorted(round_rng(config.seed, rnd).choice(fed.num_clients, fed.clients_per_round, replace=False))
-        states = []
+        sums: dict[str, dict] = {}  # running float64 sums per architecture: one model in memory at a time
+        counts: dict[str, int] = {}
         for cid in chosen:
             x, y = shards[cid]
-            model.load_state_dict(global_state)
+            model = models[archs[cid]]
+            model.load_state_dict(global_states[archs[cid]])
             opt = torch.optim.SGD(model.parameters(), lr=tr.lr)
             gen = torch.Generator().manual_seed(task_seed(config.seed, rnd, int(cid)))
             torch.manual_seed(task_seed(config.seed, rnd, int(cid)))
             model.train()
             for _ in range(tr.epochs):
                 order = torch.randperm(len(x), generator=gen)
-                for start in range(0, len(x), tr.batch_size):
-                    idx = order[start:start + tr.batch_size]
+                for first in range(0, len(x), tr.batch_size):
+                    idx = order[first:first + tr.batch_size].to(device)
                     opt.zero_grad(set_to_none=True)
                     F.cross_entropy(model(x[idx]), y[idx]).backward()
                     opt.step()
-            states.append({k: v.detach().clone() for k, v in model.state_dict().items()})
-        global_state = {k: torch.stack([s[k].double() for s in states]).mean(0).to(v.dtype)
-                        for k, v in global_state.items()}
-    model.load_state_dict(global_state)
-    model.eval()
-    correct = 0
-    with torch.inference_mode():
-        tx, ty = torch.from_numpy(data.test_x), torch.from_numpy(data.test_y)
-        bs = fed.eval_batch_size
-        for start in range(0, len(tx), bs):
-            correct += int((model(tx[start:start + bs]).argmax(1) == ty[start:start + bs]).sum())
-    return {"accuracy": correct / len(data.test_y)}
+            acc = sums.setdefault(archs[cid], {k: torch.zeros_like(v, dtype=torch.float64)
+                                               for k, v in model.state_dict().items()})
+            for k, v in model.state_dict().items():
+                acc[k] += v.detach().double()
+            counts[archs[cid]] = counts.get(archs[cid], 0) + 1
+        for arch, acc in sums.items():
+            global_states[arch] = {k: (acc[k] / counts[arch]).to(v.dtype) for k, v in global_states[arch].items()}
+        if device != "cpu":
+            torch.cuda.synchronize()
+        round_s.append(time.perf_counter() - start)
+    accuracy = 0.0
+    tx, ty = torch.from_numpy(data.test_x).to(device), torch.from_numpy(data.test_y).to(device)
+    for arch, model in models.items():
+        model.load_state_dict(global_states[arch])
+        model.eval()
+        correct = 0
+        with torch.inference_mode():
+            for first in range(0, len(tx), fed.eval_batch_size):
+                batch = slice(first, first + fed.eval_batch_size)
+                correct += int((model(tx[batch]).argmax(1) == ty[batch]).sum())
+        accuracy += fed.architectures[arch] / fed.num_clients * correct / len(ty)
+    return {"accuracy": accuracy, "round_s": round_s}
 
 
-def run_fedray(config) -> dict:
-    import tempfile
-
-    from fedray.runner import run_experiment
-
-    with tempfile.TemporaryDirectory() as run_dir:
-        summary = run_experiment(config, run_dir, progress=False)
-    return {"accuracy": summary["final"]["eval/accuracy"], "actors": summary["executor"]["actors"]}
-
-
-def part(which: str) -> dict:
-    from fedray.config import load_config
-
-    config = load_config(CONFIG)
-    start = time.perf_counter()
-    with PeakMemory(include_ray=which == "fedray") as mem:
-        result = (run_plain if which == "plain" else run_fedray)(config)
+def measure(command: list[str], env: dict | None = None) -> tuple[dict, subprocess.CompletedProcess]:
+    """Run ``command``; its wall time and peak summed PSS (with the split by process at the peak)."""
+    start_epoch, start = time.time(), time.perf_counter()
+    proc = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env={**os.environ, **(env or {})})
+    with PeakMemory(proc.pid) as mem:
+        out, err = proc.communicate()
     wall = time.perf_counter() - start
-    updates = config.federation.rounds * config.federation.clients_per_round
-    return {"side": which, "wall_s": wall, "updates_per_s": updates / wall, "peak_mem_mb": mem.peak / 2**20, **result}
+    done = subprocess.CompletedProcess(command, proc.returncode, out, err)
+    if proc.returncode != 0:
+        sys.exit(f"{' '.join(command)} failed:\n{err[-3000:]}")
+    return {"wall_s": wall, "start_epoch": start_epoch, "peak_mem_mb": mem.peak / 2**20,
+            "mem_split_mb": {k: v / 2**20 for k, v in sorted(mem.split.items(), key=lambda kv: -kv[1])}}, done
+
+
+def side_plain(workload: str, overrides: list[str], device: str = "cpu") -> dict:
+    result, done = measure([sys.executable, __file__, "--part", workload, "--device", device, *overrides])
+    line = next(l for l in done.stdout.splitlines() if l.startswith("RESULT "))
+    return {**result, **json.loads(line[len("RESULT "):])}
+
+
+# on a GPU: four client actors and the server share it, a fifth each
+GPU_OVERRIDES = ["runtime.device=cuda", "runtime.actor_gpus=0.2", "runtime.server_gpus=0.2"]
+
+
+def side_fedray(workload: str, overrides: list[str], device: str = "cpu") -> dict:
+    if device != "cpu":
+        overrides = [*overrides, *GPU_OVERRIDES]
+    from fedray.tracking import read_scalars
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    with tempfile.TemporaryDirectory() as tmp:
+        run_dir = Path(tmp) / "run"
+        fedray = [str(Path(sys.executable).with_name("fedray"))]
+        result, done = measure([*fedray, "run", str(ROOT / "configs" / CONFIGS[workload]), *overrides,
+                                "--run-dir", str(run_dir), "--no-progress"])
+        summary = json.loads((run_dir / "result.json").read_text())
+        scalars = read_scalars(run_dir)
+        acc = EventAccumulator(str(run_dir), size_guidance={"scalars": 0})
+        acc.Reload()
+        first_round_end = min(e.wall_time for e in acc.Scalars("time/round_s") if e.step == 1)
+    # a round's clients and aggregation, as the plain loop times its rounds (evaluation apart)
+    work = [c + a for (_, c), (_, a) in zip(scalars["time/clients_s"], scalars["time/aggregate_s"])]
+    return {**result, "accuracy": summary["final"]["eval/accuracy"], "actors": summary["executor"]["actors"],
+            "first_round_s": first_round_end - result["start_epoch"], "round_s": work}
+
+
+def machine(device: str = "cpu") -> str:
+    from fedray.repro import cpu_model
+
+    text = (f"{cpu_model()}, {os.cpu_count()} cores, {psutil.virtual_memory().total / 2**30:.0f} GiB, "
+            f"Python {platform.python_version()}")
+    if device == "cuda":
+        import torch
+
+        text += f", {torch.cuda.get_device_name(0)}, torch {torch.__version__}"
+    return text
+
+
+def print_table(name: str, plain: dict, fedray: dict) -> None:
+    print(f"\n{name}")
+    print(f"{'':8} {'wall s':>8} {'peak MB':>9} {'accuracy':>9}  first round ends at")
+    print(f"{'plain':8} {plain['wall_s']:8.1f} {plain['peak_mem_mb']:9.0f} {plain['accuracy']:9.4f}")
+    print(f"{'fedray':8} {fedray['wall_s']:8.1f} {fedray['peak_mem_mb']:9.0f} {fedray['accuracy']:9.4f}  "
+          f"{fedray['first_round_s']:.1f} s  ({fedray['actors']} client actors)")
+    print(f"ratio fedray / plain: time {fedray['wall_s'] / plain['wall_s']:.3f}, "
+          f"memory {fedray['peak_mem_mb'] / plain['peak_mem_mb']:.2f}")
+    print("fedray's memory at its peak, MB: " + ", ".join(f"{k} {v:.0f}" for k, v in fedray["mem_split_mb"].items()))
+
+
+def scale(device: str = "cpu") -> list[dict]:
+    """Cost per client update (rounds 2..R) as clients per round grow 10 -> 100 -> 1,000."""
+    rows = []
+    for k in SCALE_PER_ROUND:
+        overrides = [f"federation.clients_per_round={k}", f"federation.rounds={SCALE_ROUNDS}",
+                     f"federation.eval_every={SCALE_ROUNDS}", f"checkpoint_every={SCALE_ROUNDS}"]
+        plain, fedray = side_plain("scale", overrides, device), side_fedray("scale", overrides, device)
+        row = {"clients_per_round": k}
+        for side, r in (("plain", plain), ("fedray", fedray)):
+            row[f"{side}_ms_per_update"] = 1000 * sum(r["round_s"][1:]) / (k * (SCALE_ROUNDS - 1))
+            row[f"{side}_peak_mem_mb"] = r["peak_mem_mb"]
+        rows.append(row)
+        print(f"{k:5} clients/round: ms per client update plain {row['plain_ms_per_update']:.1f}, "
+              f"fedray {row['fedray_ms_per_update']:.1f} (ratio "
+              f"{row['fedray_ms_per_update'] / row['plain_ms_per_update']:.3f}); peak MB plain "
+              f"{row['plain_peak_mem_mb']:.0f}, fedray {row['fedray_peak_mem_mb']:.0f}", flush=True)
+    return rows
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--part", choices=["plain", "fedray"], help=argparse.SUPPRESS)
+    parser.add_argument("--part", choices=sorted(CONFIGS), help=argparse.SUPPRESS)
+    parser.add_argument("overrides", nargs="*", help=argparse.SUPPRESS)
+    parser.add_argument("--only", default="w1,w2,k1000,scale", help="comma-separated: w1, w2, k1000, scale")
     parser.add_argument("--json", help="also write the results to this file")
+    parser.add_argument("--device", default="cpu", choices=["cpu", "cuda"],
+                        help="cuda: the plain loop on the GPU; fedray with 4 client actors and the server sharing it")
     args = parser.parse_args()
     if args.part:
-        print("RESULT " + json.dumps(part(args.part)), flush=True)
+        print("RESULT " + json.dumps(run_plain(load(args.part, args.overrides), args.device)), flush=True)
         return
-    results = {}
-    for side in ("plain", "fedray"):
-        out = subprocess.run([sys.executable, __file__, "--part", side], capture_output=True, text=True, cwd=ROOT)
-        line = next((l for l in out.stdout.splitlines() if l.startswith("RESULT ")), None)
-        if out.returncode != 0 or line is None:
-            sys.exit(f"{side} run failed:\n{out.stderr[-3000:]}")
-        results[side] = json.loads(line[len("RESULT "):])
-    ratio = results["fedray"]["wall_s"] / results["plain"]["wall_s"]
-    machine = f"{cpu_model()}, {os.cpu_count()} cores, " \
-              f"{psutil.virtual_memory().total / 2**30:.0f} GiB, Python {platform.python_version()}"
-    print(f"W1 on {machine}")
-    print(f"{'':8} {'wall s':>8} {'updates/s':>10} {'peak MB':>9} {'accuracy':>9}")
-    for side, r in results.items():
-        print(f"{side:8} {r['wall_s']:8.1f} {r['updates_per_s']:10.2f} {r['peak_mem_mb']:9.0f} {r['accuracy']:9.4f}")
-    print(f"ratio fedray / plain loop (wall time): {ratio:.3f}  (fedray actors: {results['fedray']['actors']})")
+    results = {"machine": machine(args.device), "device": args.device}
+    print(f"on {results['machine']}", flush=True)
+    for workload in args.only.split(","):
+        if workload == "scale":
+            results["scale"] = scale(args.device)
+            continue
+        plain, fedray = side_plain(workload, [], args.device), side_fedray(workload, [], args.device)
+        results[workload] = {"plain": plain, "fedray": fedray, "time_ratio": fedray["wall_s"] / plain["wall_s"],
+                             "memory_ratio": fedray["peak_mem_mb"] / plain["peak_mem_mb"]}
+        print_table(workload, plain, fedray)
+        sys.stdout.flush()
     if args.json:
-        Path(args.json).write_text(json.dumps({"machine": machine, "ratio": ratio, **results}, indent=2))
+        Path(args.json).write_text(json.dumps(results, indent=2))
 
 
 if __name__ == "__main__":
