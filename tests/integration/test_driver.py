@@ -1,6 +1,6 @@
 """The Ray driver holds no model and no data: ``fedray run`` with torch made unimportable in the
-driver still runs to the end (the actors import torch), and a bad method is refused in one line,
-exit status 2 and no run folder, by the child process that resolves it while Ray starts."""
+driver still runs to the end (the actors import torch), and a bad method, resolved in the server
+actor, is refused in one line with exit status 2 and no run folder."""
 
 import json
 import subprocess
