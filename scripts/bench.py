@@ -13,8 +13,8 @@ Both sides use the same split, the same clients each round, the same per-client 
 same initial models, so they perform the same SGD steps (the last bits of a step differ between the
 plain loop's 2 torch threads and an actor's 1, so the final accuracies agree to about 0.001). The
 plain loop is written lean: one model per architecture, running float64 sums for the average. Each side is
-one command in its own process: the plain loop is ``bench.py --part plain``, fedray is the real
-``fedray run CONFIG``. Wall time runs from starting the command to its exit (interpreter start,
+one command in its own process: the plain loop is ``bench.py --part WORKLOAD``, fedray is the real
+CLI, ``python -m fedray.cli run CONFIG``. Wall time runs from starting the command to its exit (interpreter start,
 imports, ``ray.init`` and every actor's start included). Peak memory is the peak of the summed
 proportional set size (PSS) of the command's process and all its descendants (for fedray: the
 driver, Ray's daemons and every actor), sampled every 0.2 s, with the split by process at the peak.
@@ -204,8 +204,7 @@ def side_fedray(workload: str, overrides: list[str], device: str = "cpu") -> dic
 
     with tempfile.TemporaryDirectory() as tmp:
         run_dir = Path(tmp) / "run"
-        fedray = [str(Path(sys.executable).with_name("fedray"))]
-        result, done = measure([*fedray, "run", str(ROOT / "configs" / CONFIGS[workload]), *overrides,
+        result, done = measure([sys.executable, "-m", "fedray.cli", "run", str(ROOT / "configs" / CONFIGS[workload]), *overrides,
                                 "--run-dir", str(run_dir), "--no-progress"])
         summary = json.loads((run_dir / "result.json").read_text())
         scalars = read_scalars(run_dir)
