@@ -51,8 +51,8 @@ def alive_nodes(ray_nodes: list[dict]) -> list[Node]:
             for n in ray_nodes if n.get("Alive", n.get("alive", False))]
 
 
-def plan_actors(specs: list[ClientSpec], runtime: RuntimeConfig, nodes: list[Node], server_node: str) -> list[Slot]:
-    """The client actors to start.
+def plan_actors(archs: list[str], runtime: RuntimeConfig, nodes: list[Node], server_node: str) -> list[Slot]:
+    """The client actors to start, for clients of the architectures ``archs`` (one entry per client).
 
     ``clients_per_actor: auto`` starts as many actors as the nodes hold (one per ``actor_cpus``
     CPUs and per GPU share), at most one per client; an integer k starts ceil(clients / k) actors
@@ -64,7 +64,7 @@ def plan_actors(specs: list[ClientSpec], runtime: RuntimeConfig, nodes: list[Nod
         free[server_node][0] -= runtime.server_cpus
         free[server_node][1] -= runtime.server_gpus
     per_arch = isinstance(runtime.actor_gpus, dict)
-    clients = Counter(spec.arch for spec in specs) if per_arch else Counter({None: len(specs)})
+    clients = Counter(archs) if per_arch else Counter({None: len(archs)})
     if runtime.clients_per_actor == "auto":
         wanted = dict(clients)
     else:
