@@ -24,7 +24,8 @@ class RayExecutor:
     """Starts the client actors and runs each round's tasks on them.
 
     The actors are planned from the nodes' resources (``actors.placement``): spread over the
-    nodes, each pinned to its node, as many per node as its CPUs (and GPU shares) hold. The
+    nodes, each pinned to its node, as many per node as its CPUs (and GPU shares) hold; the
+    ServerActor may be one of them (``runtime.server_hosts_clients``). The
     training set is put in the object store once, client after client, and every actor reads its
     clients' shards from it as zero-copy slices. Each client has a home actor (round-robin) that
     keeps its shard and persistent state. Each round, every broadcast payload is put once (one per
@@ -46,8 +47,9 @@ class RayExecutor:
         pool = pool or ClientPool(config, [spec.arch for spec in specs])
         self.nodes, self.slots, self.actors = pool.nodes, pool.slots, pool.actors
         groups = assign_clients(specs, self.slots)
-        for actor in [a for a, g in zip(self.actors, groups) if not g]:
-            ray.kill(actor)  # planned from the config's clients, left without one (a pooled baseline)
+        for slot, actor in [(s, a) for s, a, g in zip(self.slots, self.actors, groups) if not g]:
+            if not slot.server:
+                ray.kill(actor)  # planned from the config's clients, left without one (a pooled baseline)
         self.slots, self.actors = [s for s, g in zip(self.slots, groups) if g], [a for a, g in zip(self.actors, groups) if g]
         x, y, spans = client_major(data.train_x, data.train_y, specs)
         x_ref, y_ref, specs_ref, spans_ref = ray.put(x), ray.put(y), ray.put(specs), ray.put(spans)
@@ -134,11 +136,13 @@ class RayExecutor:
         for where in self.placements:
             devices[where["device"]] = devices.get(where["device"], 0) + 1
         return {"backend": "ray", "actors": len(self.actors), "actors_per_node": per_node, "devices": devices,
-                "clients_per_actor": [len(g) for g in self.groups]}
+                "clients_per_actor": [len(g) for g in self.groups],
+                "server_hosts_clients": any(slot.server for slot in self.slots)}
 
     def shutdown(self) -> None:
-        for actor in self.actors:
-            ray.kill(actor)
+        for slot, actor in zip(self.slots, self.actors):
+            if not slot.server:
+                ray.kill(actor)
 
     def _gather(self, futures: list, stage: str) -> list:
         return self._collect(lambda: ray.get(futures), stage)
@@ -162,8 +166,9 @@ class RayExecutor:
         return f"{self.nodes[node_id].address}/{node_id[:8]}"
 
     def _lost(self, timeout: float = 10.0) -> list[int]:
-        """The index of every actor that does not answer a ping; all actors are pinged at once."""
-        pings = [a.hosted.remote() for a in self.actors]
+        """The index of every actor that does not answer a ping; all actors are pinged at once (the
+        server, which asks, is alive)."""
+        pings = [a.hosted.remote() for s, a in zip(self.slots, self.actors) if not s.server]
         ready, _ = ray.wait(pings, num_returns=len(pings), timeout=timeout)
         answered = set()
         for ref in ready:
@@ -172,7 +177,8 @@ class RayExecutor:
                 answered.add(ref)
             except Exception:  # the actor is dead: its ping fails
                 pass
-        return [i for i, ping in enumerate(pings) if ping not in answered]
+        clients = [i for i, s in enumerate(self.slots) if not s.server]
+        return [i for i, ping in zip(clients, pings) if ping not in answered]
 
 
 def _short(ids: list[int]) -> str:

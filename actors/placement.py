@@ -4,7 +4,8 @@ with how many CPUs and which GPU share; and which clients each one hosts.
 Pure functions of the nodes' resources (``ray.nodes()``), so the plan is tested without a cluster.
 Actors are placed node by node, each on the node with the most CPU left, which spreads them over
 the cluster and sizes the pool to each node: a node with 4 free CPUs gets 4 one-CPU actors, one
-with 1 gets one. The server actor's request is taken off the driver's node, where it runs.
+with 1 gets one. The server actor's request is taken off the driver's node, where it runs; when
+the server hosts clients (``runtime.server_hosts_clients``), it is the first slot of the plan.
 
 GPU shares are a float (every actor) or a mapping architecture -> share
 (``actor_gpus: {resnet8: 0.5, mlp: 0.1}``); with a mapping every actor hosts clients of one
@@ -36,12 +37,14 @@ class Node:
 
 @dataclass(frozen=True)
 class Slot:
-    """One client actor to start: where, for which architecture (None: any), with what request."""
+    """One client actor to start: where, for which architecture (None: any), with what request;
+    ``server``: not a client actor but the server actor, which hosts clients too."""
 
     node_id: str
     arch: Optional[str]
     cpus: float
     gpus: float
+    server: bool = False
 
 
 def alive_nodes(ray_nodes: list[dict]) -> list[Node]:
@@ -51,8 +54,10 @@ def alive_nodes(ray_nodes: list[dict]) -> list[Node]:
             for n in ray_nodes if n.get("Alive", n.get("alive", False))]
 
 
-def plan_actors(archs: list[str], runtime: RuntimeConfig, nodes: list[Node], server_node: str) -> list[Slot]:
+def plan_actors(archs: list[str], runtime: RuntimeConfig, nodes: list[Node], server_node: str,
+                server_hosts: bool = False) -> list[Slot]:
     """The client actors to start, for clients of the architectures ``archs`` (one entry per client).
+    With ``server_hosts`` the first slot is the server actor's (it counts as one actor of the pool).
 
     ``clients_per_actor: auto`` starts as many actors as the nodes hold (one per ``actor_cpus``
     CPUs and per GPU share), at most one per client; an integer k starts ceil(clients / k) actors
@@ -61,7 +66,7 @@ def plan_actors(archs: list[str], runtime: RuntimeConfig, nodes: list[Node], ser
     """
     free = {n.node_id: [n.cpus, n.gpus] for n in nodes}
     if server_node in free:
-        free[server_node][0] -= runtime.server_cpus
+        free[server_node][0] -= runtime.server_request(server_hosts)
         free[server_node][1] -= runtime.server_gpus
     per_arch = isinstance(runtime.actor_gpus, dict)
     clients = Counter(archs) if per_arch else Counter({None: len(archs)})
@@ -71,6 +76,9 @@ def plan_actors(archs: list[str], runtime: RuntimeConfig, nodes: list[Node], ser
         wanted = {arch: math.ceil(count / runtime.clients_per_actor) for arch, count in clients.items()}
     slots: list[Slot] = []
     placed: Counter = Counter()
+    if server_hosts and not per_arch:
+        slots.append(Slot(server_node, None, runtime.server_request(True), runtime.server_gpus, server=True))
+        placed[None] += 1
     while True:
         # the architecture furthest below its share of actors goes next
         open_archs = [a for a in wanted if placed[a] < wanted[a]]

@@ -8,9 +8,10 @@ moment, while the server imports them too and loads the data. ``setup`` then bui
 
 from __future__ import annotations
 
+import ctypes
 import importlib
 import threading
-from typing import Any
+from typing import Any, Optional
 
 import ray
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
@@ -19,37 +20,61 @@ from actors.placement import alive_nodes, plan_actors
 from fedray.config import Config
 
 
-class ClientActor:
-    """A ``ClientHost`` in a Ray actor, built by ``setup``; the other methods are the host's."""
+def release_free_memory() -> None:
+    """Return the C heap's free pages to the system (glibc's ``malloc_trim``; elsewhere nothing).
+    A round's transient buffers (updates, evaluation batches) otherwise stay resident between rounds:
+    26-60 MB per round in W1's server."""
+    try:
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+    except (OSError, AttributeError):
+        pass
 
-    def __init__(self):
-        self._warm = threading.Thread(target=importlib.import_module, args=("fedray.clients",), daemon=True)
-        self._warm.start()
-        self.host = None
 
+HOST_GROUPS = {"host": 1}  # a host's methods run one at a time, beside the actor's own (the server's round)
+
+
+def host_method(fn):
+    return ray.method(concurrency_group="host")(fn)
+
+
+class HostActor:
+    """The methods of an actor that hosts clients (a ``ClientHost``, built by ``setup``). They run
+    in the concurrency group ``host`` (``HOST_GROUPS``), so the ServerActor, which hosts clients
+    too when ``runtime.server_hosts_clients`` says so, runs them while its round waits for them."""
+
+    host = None
+
+    @host_method
     def setup(self, *args: Any, **kwargs: Any) -> dict[str, Any]:
         """``ClientHost(*args, **kwargs)``; returns where it runs (``placement``)."""
-        self._warm.join()
         from fedray.clients import ClientHost
 
         self.host = ClientHost(*args, **kwargs)
         return self.placement()
 
+    @host_method
     def run(self, task, *downloads):
         return self.host.run(task, *downloads)
 
+    @host_method
     def run_batch(self, tasks, keys, *payloads):
-        return self.host.run_batch(tasks, keys, *payloads)
+        try:
+            return self.host.run_batch(tasks, keys, *payloads)
+        finally:
+            release_free_memory()
 
+    @host_method
     def client_states(self):
         return self.host.client_states()
 
+    @host_method
     def load_client_states(self, states) -> None:
         self.host.load_client_states(states)
 
     def hosted(self) -> list[int]:
         return self.host.hosted()
 
+    @host_method  # not in the server's own group, which is busy asking
     def node_id(self) -> str:
         return ray.get_runtime_context().get_node_id()
 
@@ -59,16 +84,39 @@ class ClientActor:
                 "gpus": self.host.gpus, "hosted": self.host.hosted()}
 
 
+def _warm_up() -> None:
+    """The imports a client actor needs, done before ``setup`` asks: the client code (torch with it)
+    and TorchDynamo, which ``torch.optim``'s first ``step`` imports (1.8 s on our 2-core machine:
+    here it overlaps the server's data loading instead of lengthening round one)."""
+    importlib.import_module("fedray.clients")
+    importlib.import_module("torch._dynamo")
+
+
+class ClientActor(HostActor):
+    """A client actor: imports torch and the client code in a background thread from its start."""
+
+    def __init__(self):
+        self._warm = threading.Thread(target=_warm_up, daemon=True)
+        self._warm.start()
+
+    @host_method
+    def setup(self, *args: Any, **kwargs: Any) -> dict[str, Any]:
+        self._warm.join()
+        return HostActor.setup(self, *args, **kwargs)
+
+
 class ClientPool:
     """The client actors for clients of the architectures ``archs`` (one entry per client), planned
-    over the cluster's alive nodes (``actors.placement``) and started at once."""
+    over the cluster's alive nodes (``actors.placement``) and started at once. ``server``: the
+    handle of the ServerActor when it hosts clients too; it is then the pool's first actor."""
 
-    def __init__(self, config: Config, archs: list[str]):
+    def __init__(self, config: Config, archs: list[str], server: Optional[ray.actor.ActorHandle] = None):
         here = ray.get_runtime_context().get_node_id()
         self.nodes = {n.node_id: n for n in alive_nodes(ray.nodes())}
-        self.slots = plan_actors(archs, config.runtime, list(self.nodes.values()), here)
+        self.slots = plan_actors(archs, config.runtime, list(self.nodes.values()), here, server_hosts=server is not None)
+        client_actor = ray.remote(concurrency_groups=HOST_GROUPS)(ClientActor)
         self.actors = [
-            ray.remote(ClientActor).options(
+            server if slot.server else client_actor.options(
                 num_cpus=slot.cpus, num_gpus=slot.gpus,
                 scheduling_strategy=NodeAffinitySchedulingStrategy(node_id=slot.node_id, soft=False),
             ).remote()

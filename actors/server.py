@@ -3,7 +3,10 @@
 It is pinned to the driver's node, so event files, checkpoints and ``result.json`` land in the run
 folder the user named, also when the run is a ``ray job submit`` on a cluster. The round loop and
 torch are imported in ``start``, in the actor: the driver that defines the actor imports neither.
-The constructor starts the client actors, so their processes start while ``start`` works.
+The constructor starts the client actors, so their processes start while ``start`` works. With
+``runtime.server_hosts_clients`` the server hosts clients too (``actors.pool.HostActor``): its own
+handle is one actor of the pool, and its host methods run in their own thread while the round
+waits for them, so a 2-core machine runs one torch process less.
 """
 
 from __future__ import annotations
@@ -12,6 +15,7 @@ from typing import TYPE_CHECKING, Any, Optional
 
 import ray
 
+from actors.pool import HostActor, release_free_memory
 from fedray.config import Config
 from fedray.messages import RoundResult
 
@@ -20,20 +24,22 @@ if TYPE_CHECKING:
     from fedray.federation import Federation
 
 
-class ServerActor:
+class ServerActor(HostActor):
     """``start`` builds the federation, so a failure there (a bad method, missing data, actors
-    that do not fit) reaches the driver as an ordinary task error."""
+    that do not fit) reaches the driver as an ordinary task error. Created with ``HOST_GROUPS``."""
 
-    def __init__(self, config: Config, method: Optional[Method], run_dir: str, resume: bool = False):
+    def __init__(self, config: Config, method: Optional[Method], run_dir: str, resume: bool = False,
+                 hosts_clients: bool = False):
         """Stores its arguments and starts the client actors' processes (``actors.pool``), so they
         start while ``start`` imports torch and loads the data; a pool that does not fit is
-        reported by ``start``."""
+        reported by ``start``. ``hosts_clients``: this actor is one host of the pool."""
         from actors.pool import ClientPool
 
         self.args = (config, method, run_dir, resume)
         self.federation: Federation | None = None
+        me = ray.get_runtime_context().current_actor if hosts_clients else None
         try:
-            self.pool, self.launch_error = ClientPool(config, config.federation.client_archs()), None
+            self.pool, self.launch_error = ClientPool(config, config.federation.client_archs(), server=me), None
         except ValueError as err:
             self.pool, self.launch_error = None, err
 
@@ -51,15 +57,21 @@ class ServerActor:
         method = method or resolve(config)
         if self.launch_error is not None:
             raise self.launch_error
+        # torch's thread count is per thread once set: Federation sets the server's in this thread,
+        # and when the server hosts clients, ClientHost sets a client actor's in the host thread
         self.federation = Federation(config, run_dir, partial(RayExecutor, pool=self.pool), resume=resume,
                                      tree_factory=tree_actor_factory(), method=method)
+        release_free_memory()  # what loading the data and putting it in the object store left
         return self.federation.round
 
     def current_round(self) -> int:
         return self.federation.round
 
     def run_round(self) -> RoundResult:
-        return self.federation.run_round()
+        try:
+            return self.federation.run_round()
+        finally:
+            release_free_memory()
 
     def assigned_resources(self) -> dict[str, float]:
         """The CPUs and GPU share Ray gave this actor (``runtime.server_cpus``/``server_gpus``)."""

@@ -179,6 +179,12 @@ class RuntimeConfig(_Section):
     the device, so an oversized model fails its own actor. ``actor_gpus`` may name a share per
     architecture (``{resnet8: 0.5, mlp: 0.1}``); each actor then hosts one architecture.
     ``dashboard``: start Ray's dashboard with a local Ray (about 150 MB more; off by default).
+    ``actor_output``: a local Ray copies the actors' stdout and stderr to the console (Ray's log
+    monitor, about 50 MB; off by default: they stay in the session's log files under /tmp/ray).
+    ``server_hosts_clients``: the server actor also hosts clients, in place of one client actor on
+    its node (one torch process less: about 330 MB and 3 s of start-up on 2 cores). The server
+    then asks for ``max(server_cpus, actor_cpus)`` CPUs. ``auto``: when no GPU share is asked for
+    and the driver's node has those CPUs.
     """
 
     backend: Literal["ray", "local"] = "ray"
@@ -193,6 +199,8 @@ class RuntimeConfig(_Section):
     torch_threads: Optional[int] = Field(None, ge=1)
     device: Literal["auto", "cpu", "cuda"] = "auto"
     dashboard: bool = False
+    actor_output: bool = False
+    server_hosts_clients: Union[Literal["auto"], bool] = "auto"
 
     @field_validator("clients_per_actor")
     @classmethod
@@ -212,6 +220,23 @@ class RuntimeConfig(_Section):
     def gpus_for(self, arch: str) -> float:
         """The GPU share of an actor hosting ``arch``."""
         return float(self.actor_gpus[arch] if isinstance(self.actor_gpus, dict) else self.actor_gpus)
+
+    @model_validator(mode="after")
+    def _hosting(self) -> "RuntimeConfig":
+        if self.server_hosts_clients is True and isinstance(self.actor_gpus, dict):
+            raise ValueError("server_hosts_clients: true needs one actor_gpus share for every architecture, "
+                             "not a share per architecture (each of those actors hosts one architecture)")
+        return self
+
+    def server_hosts(self, node_cpus: float) -> bool:
+        """Whether the server actor hosts clients, on a node of ``node_cpus`` CPUs."""
+        if self.server_hosts_clients != "auto":
+            return bool(self.server_hosts_clients)
+        return not self.uses_gpus and node_cpus >= max(self.server_cpus, self.actor_cpus)
+
+    def server_request(self, hosts: bool) -> float:
+        """The server actor's CPUs: its own, or an actor's when it hosts clients and needs more."""
+        return max(self.server_cpus, self.actor_cpus) if hosts else self.server_cpus
 
     @property
     def uses_gpus(self) -> bool:

@@ -82,3 +82,28 @@ def test_round_robin_assignment_and_alive_nodes():
     raw = [{"NodeID": "x", "Alive": True, "Resources": {"CPU": 4.0, "GPU": 1.0}, "NodeManagerAddress": "10.0.0.1"},
            {"NodeID": "y", "Alive": False, "Resources": {"CPU": 8.0}}]
     assert alive_nodes(raw) == [Node("x", 4.0, 1.0, "10.0.0.1")]
+
+
+def test_a_hosting_server_is_the_first_slot_of_its_node():
+    two = [Node("a", 2)]
+    slots = plan_actors(["mlp"] * 100, RuntimeConfig(actor_cpus=1), two, "a", server_hosts=True)
+    assert [(s.node_id, s.cpus, s.server) for s in slots] == [("a", 1, True), ("a", 1, False)]
+    # it asks for the larger of its own CPUs and an actor's, which come off its node
+    slots = plan_actors(["mlp"] * 100, RuntimeConfig(actor_cpus=1, server_cpus=2), [Node("a", 4), Node("b", 1)], "a",
+                        server_hosts=True)
+    assert [(s.node_id, s.cpus, s.server) for s in slots] == [("a", 2, True), ("a", 1, False), ("a", 1, False),
+                                                              ("b", 1, False)]
+    # one client: the server hosts it alone
+    assert [s.server for s in plan_actors(["mlp"], RuntimeConfig(), two, "a", server_hosts=True)] == [True]
+
+
+def test_when_the_server_hosts_clients():
+    assert RuntimeConfig().server_hosts(2) and RuntimeConfig().server_request(True) == 1
+    assert not RuntimeConfig(actor_cpus=2).server_hosts(1)  # its node lacks an actor's CPUs
+    assert not RuntimeConfig(actor_gpus=0.25).server_hosts(8)  # GPU runs keep client actors apart
+    assert not RuntimeConfig(server_hosts_clients=False).server_hosts(8)
+    assert RuntimeConfig(server_hosts_clients=True, actor_gpus=0.25).server_hosts(8)
+    assert RuntimeConfig(server_cpus=3).server_request(True) == 3 and RuntimeConfig(server_cpus=3).server_request(False) == 3
+    assert RuntimeConfig().server_request(False) == 0
+    with pytest.raises(ValueError, match="server_hosts_clients: true needs one actor_gpus share"):
+        RuntimeConfig(server_hosts_clients=True, actor_gpus={"mlp": 0.5})

@@ -26,7 +26,7 @@ def test_two_architectures_on_four_actors_learn_and_log(local_ray, tmp_path):
     summary = run_experiment(config, tmp_path, progress=False)
     node = f"{ray.util.get_node_ip_address()}/{ray.get_runtime_context().get_node_id()[:8]}"
     assert summary["executor"] == {"backend": "ray", "actors": 4, "actors_per_node": {node: 4}, "devices": {"cpu": 4},
-                                   "clients_per_actor": [3, 3, 2, 2]}
+                                   "clients_per_actor": [3, 3, 2, 2], "server_hosts_clients": True}
     scalars = read_scalars(tmp_path)
     for arch in ("mlp", "lenet5"):
         steps = [s for s, _ in scalars[f"eval/accuracy/{arch}"]]
@@ -41,6 +41,13 @@ def test_two_architectures_on_four_actors_learn_and_log(local_ray, tmp_path):
     assert scalars["comm/bytes_down_total"][-1][1] == pytest.approx(sum(down))
     assert scalars["train/loss"][-1][1] < scalars["train/loss"][0][1]
     assert json.loads((tmp_path / "result.json").read_text())["rounds"] == 3
+    # the same run on four client actors, the server hosting none, ends with the same weights
+    apart = run_experiment(small_config(runtime={"server_hosts_clients": False}), tmp_path / "apart", progress=False)
+    assert apart["executor"]["server_hosts_clients"] is False and apart["executor"]["actors"] == 4
+    other = read_checkpoint(tmp_path / "apart" / CHECKPOINT)["strategy"]["models"]
+    for arch in state:
+        for name, value in state[arch].items():
+            np.testing.assert_array_equal(value, other[arch][name])
 
 
 def test_resume_ends_exactly_like_an_uninterrupted_run(local_ray, tmp_path):
