@@ -21,6 +21,7 @@ driver, Ray's daemons and every actor), sampled every 0.2 s, with the split by p
 
     python scripts/bench.py                      # every workload, then the table
     python scripts/bench.py --only w1,w2 --json out.json
+    python scripts/bench.py --only w2 --repeat 3   # three pairs, plain and fedray alternating; medians
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ import argparse
 import json
 import os
 import platform
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -214,6 +216,7 @@ def side_fedray(workload: str, overrides: list[str], device: str = "cpu") -> dic
     # a round's clients and aggregation, as the plain loop times its rounds (evaluation apart)
     work = [c + a for (_, c), (_, a) in zip(scalars["time/clients_s"], scalars["time/aggregate_s"])]
     return {**result, "accuracy": summary["final"]["eval/accuracy"], "actors": summary["executor"]["actors"],
+            "server_hosts_clients": summary["executor"].get("server_hosts_clients", False),
             "first_round_s": first_round_end - result["start_epoch"], "round_s": work}
 
 
@@ -229,12 +232,45 @@ def machine(device: str = "cpu") -> str:
     return text
 
 
+def hosts(fedray: dict) -> str:
+    """Who trained the clients: N client actors, or the server and N - 1 client actors."""
+    if fedray.get("server_hosts_clients"):
+        others = fedray["actors"] - 1
+        return f"the server and {others} client actor{'s' if others != 1 else ''} host the clients"
+    return f"{fedray['actors']} client actors"
+
+
+def paired(workload: str, repeat: int, device: str) -> dict:
+    """``repeat`` runs of each side, alternating plain and fedray so that both see the same load on
+    the machine; the ratios of each pair, their medians, and the pair with the median time ratio."""
+    pairs = []
+    for _ in range(repeat):
+        plain, fedray = side_plain(workload, [], device), side_fedray(workload, [], device)
+        pairs.append({"plain": plain, "fedray": fedray, "time_ratio": fedray["wall_s"] / plain["wall_s"],
+                      "memory_ratio": fedray["peak_mem_mb"] / plain["peak_mem_mb"]})
+        print_table(workload, plain, fedray)
+        sys.stdout.flush()
+    time_ratio = float(statistics.median(p["time_ratio"] for p in pairs))
+    middle = min(pairs, key=lambda p: abs(p["time_ratio"] - time_ratio))  # its tables go in the JSON
+    out = {**middle, "time_ratio": time_ratio,
+           "memory_ratio": float(statistics.median(p["memory_ratio"] for p in pairs))}
+    if repeat > 1:
+        out["time_ratios"] = [p["time_ratio"] for p in pairs]
+        out["memory_ratios"] = [p["memory_ratio"] for p in pairs]
+        out["first_round_s"] = [p["fedray"]["first_round_s"] for p in pairs]
+        print(f"{workload}, {repeat} pairs: time ratios {', '.join(f'{r:.3f}' for r in out['time_ratios'])} "
+              f"(median {time_ratio:.3f}); memory ratios "
+              f"{', '.join(f'{r:.2f}' for r in out['memory_ratios'])} (median {out['memory_ratio']:.2f}); "
+              f"fedray's first round ends at {', '.join(f'{t:.1f}' for t in out['first_round_s'])} s", flush=True)
+    return out
+
+
 def print_table(name: str, plain: dict, fedray: dict) -> None:
     print(f"\n{name}")
     print(f"{'':8} {'wall s':>8} {'peak MB':>9} {'accuracy':>9}  first round ends at")
     print(f"{'plain':8} {plain['wall_s']:8.1f} {plain['peak_mem_mb']:9.0f} {plain['accuracy']:9.4f}")
     print(f"{'fedray':8} {fedray['wall_s']:8.1f} {fedray['peak_mem_mb']:9.0f} {fedray['accuracy']:9.4f}  "
-          f"{fedray['first_round_s']:.1f} s  ({fedray['actors']} client actors)")
+          f"{fedray['first_round_s']:.1f} s  ({hosts(fedray)})")
     print(f"ratio fedray / plain: time {fedray['wall_s'] / plain['wall_s']:.3f}, "
           f"memory {fedray['peak_mem_mb'] / plain['peak_mem_mb']:.2f}")
     print("fedray's memory at its peak, MB: " + ", ".join(f"{k} {v:.0f}" for k, v in fedray["mem_split_mb"].items()))
@@ -265,6 +301,8 @@ def main() -> None:
     parser.add_argument("overrides", nargs="*", help=argparse.SUPPRESS)
     parser.add_argument("--only", default="w1,w2,k1000,scale", help="comma-separated: w1, w2, k1000, scale")
     parser.add_argument("--json", help="also write the results to this file")
+    parser.add_argument("--repeat", type=int, default=1,
+                        help="pairs of runs per workload (w1, w2, k1000); the medians are reported")
     parser.add_argument("--device", default="cpu", choices=["cpu", "cuda"],
                         help="cuda: the plain loop on the GPU; fedray with 4 client actors and the server sharing it")
     args = parser.parse_args()
@@ -277,11 +315,7 @@ def main() -> None:
         if workload == "scale":
             results["scale"] = scale(args.device)
             continue
-        plain, fedray = side_plain(workload, [], args.device), side_fedray(workload, [], args.device)
-        results[workload] = {"plain": plain, "fedray": fedray, "time_ratio": fedray["wall_s"] / plain["wall_s"],
-                             "memory_ratio": fedray["peak_mem_mb"] / plain["peak_mem_mb"]}
-        print_table(workload, plain, fedray)
-        sys.stdout.flush()
+        results[workload] = paired(workload, args.repeat, args.device)
     if args.json:
         Path(args.json).write_text(json.dumps(results, indent=2))
 
