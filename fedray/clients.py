@@ -27,7 +27,7 @@ from fedray.data.shifts import apply_adversary, apply_group
 from fedray.experiment import Method
 from fedray.messages import ClientFailure, ClientSpec, ClientTask, ClientUpdate, one_line
 from fedray.models import create_model
-from fedray.training import cap_gpu_memory, gpu_memory_note, resolve_device
+from fedray.training import cap_gpu_memory, gpu_memory_note, resolve_device, set_torch_threads
 from fedray.weights import Weights, is_update, nbytes
 
 
@@ -123,7 +123,7 @@ class ClientHost:
                  train_y: np.ndarray, num_classes: int, gpus: float = 0.0, home: list[int] | None = None,
                  threads: int | None = None, aux_x: np.ndarray | None = None,
                  initial_models: dict[str, Weights] | None = None, spans: dict[int, tuple[int, int]] | None = None):
-        torch.set_num_threads(threads or config.runtime.torch_threads or max(1, int(config.runtime.actor_cpus)))
+        set_torch_threads(threads or config.runtime.torch_threads or max(1, int(config.runtime.actor_cpus)))
         self.device, self.gpus = resolve_device(config.runtime.device, gpus), gpus
         cap_gpu_memory(self.device, gpus)
         build = model_builder(config, train_x.shape[1:], num_classes)

@@ -28,7 +28,7 @@ from fedray.experiment import Method, resolve
 from fedray.messages import ClientSpec, ClientUpdate, RoundPlan, RoundResult
 from fedray.pretrain import pretrained_weights
 from fedray.tracking import RunWriter
-from fedray.training import cap_gpu_memory, evaluate, resolve_device
+from fedray.training import cap_gpu_memory, evaluate, resolve_device, set_torch_threads
 from fedray.weights import Weights, nbytes, set_weights
 
 
@@ -138,7 +138,7 @@ class Federation:
         self.checkpoints = checkpoints
         self.run_dir = Path(run_dir)
         self.run_dir.mkdir(parents=True, exist_ok=True)
-        torch.set_num_threads(config.runtime.torch_threads or os.cpu_count() or 1)
+        set_torch_threads(config.runtime.torch_threads or os.cpu_count() or 1)
         self.device = resolve_device(config.runtime.device, config.runtime.server_gpus)
         cap_gpu_memory(self.device, config.runtime.server_gpus)
         self.data = load_data(config)
@@ -248,6 +248,7 @@ class Federation:
             "comm": dict(self.totals),
             "executor": self.executor.describe(),
             "server_device": str(self.device),
+            "server_threads": torch.get_num_threads(),  # the round thread's: evaluation, aggregation, distillation
         }
         if self.pretrained:
             summary["pretrain"] = {arch: {k: info[k] for k in ("cached", "seconds", "path")} | {"loss": info["loss"][-1:]}

@@ -109,6 +109,18 @@ def evaluate(
     return {"accuracy": correct / n, "loss": loss / n}
 
 
+def set_torch_threads(count: int) -> int:
+    """Give the calling thread ``count`` torch (OpenMP) threads, for good.
+
+    ``torch.set_num_threads`` sets the calling thread's count and a process-wide default; a thread
+    reads that default once, at its first parallel op or ``get_num_threads``, and from then on keeps
+    its own count. So a thread that sets its count but has not yet read it takes whatever another
+    thread set last: in a ServerActor that hosts clients, the round thread's 2 threads became the
+    host thread's 1 and evaluation ran at half speed. Reading the count at once fixes it here."""
+    torch.set_num_threads(count)
+    return torch.get_num_threads()
+
+
 def resolve_device(preference: str, gpus: float) -> torch.device:
     """``cuda`` when asked for or when GPUs are assigned and visible, else ``cpu``."""
     if preference == "cuda" or (preference == "auto" and gpus > 0 and torch.cuda.is_available()):

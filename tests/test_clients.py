@@ -1,5 +1,7 @@
 """ClientHost: home clients keep data and state; visitors are served only for stateless methods."""
 
+import threading
+
 import numpy as np
 import pytest
 import torch
@@ -11,7 +13,7 @@ from fedray.config import build_config
 from fedray.experiment import resolve
 from fedray.messages import ClientFailure, ClientSpec, ClientTask
 from fedray.models import create_model
-from fedray.training import cap_gpu_memory, gpu_memory_note
+from fedray.training import cap_gpu_memory, gpu_memory_note, set_torch_threads
 from fedray.weights import get_weights
 
 
@@ -94,3 +96,31 @@ def test_a_batch_of_tasks_equals_the_tasks_one_by_one(host_and_task):
 def test_gpu_caps_are_no_ops_on_the_cpu():
     cap_gpu_memory(torch.device("cpu"), 0.25)  # must not touch CUDA
     assert gpu_memory_note(RuntimeError("x"), torch.device("cpu"), 0.25, "runtime.actor_gpus") == ""
+
+
+@pytest.mark.parametrize("setter", [set_torch_threads, pytest.param(torch.set_num_threads, marks=pytest.mark.xfail(
+    strict=True, reason="torch's own setter: the count is lost to the other thread's"))])
+def test_a_thread_keeps_the_torch_threads_it_set_when_another_thread_sets_its_own(setter):
+    """The ServerActor's round thread (2 threads) beside its host thread (1): each keeps its own."""
+    before, seen = torch.get_num_threads(), {}
+    first_set, second_set = threading.Event(), threading.Event()
+
+    def server():
+        setter(2)
+        first_set.set()
+        second_set.wait()
+        seen["server"] = torch.get_num_threads()
+
+    def host():
+        first_set.wait()
+        setter(1)
+        second_set.set()
+        seen["host"] = torch.get_num_threads()
+
+    threads = [threading.Thread(target=server), threading.Thread(target=host)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    torch.set_num_threads(before)  # the process-wide default, for threads started later
+    assert seen == {"server": 2, "host": 1}

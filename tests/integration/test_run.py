@@ -1,6 +1,7 @@
 """Real multi-actor runs on Fashion-MNIST: learning, logging, checkpoints, resume, failures."""
 
 import json
+import os
 
 import numpy as np
 import pytest
@@ -27,6 +28,8 @@ def test_two_architectures_on_four_actors_learn_and_log(local_ray, tmp_path):
     node = f"{ray.util.get_node_ip_address()}/{ray.get_runtime_context().get_node_id()[:8]}"
     assert summary["executor"] == {"backend": "ray", "actors": 4, "actors_per_node": {node: 4}, "devices": {"cpu": 4},
                                    "clients_per_actor": [3, 3, 2, 2], "server_hosts_clients": True}
+    # the server evaluates with every core of the node, not with the 1 thread its host thread set
+    assert summary["server_threads"] == os.cpu_count()
     scalars = read_scalars(tmp_path)
     for arch in ("mlp", "lenet5"):
         steps = [s for s, _ in scalars[f"eval/accuracy/{arch}"]]
