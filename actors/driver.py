@@ -56,20 +56,24 @@ def connect(runtime: RuntimeConfig) -> bool:
 @contextmanager
 def lean_head(lean: bool = True, log_monitor: bool = False):
     """While ``ray.init`` starts a local head: without the autoscaler's monitor (nothing to scale on
-    one machine) and, unless ``log_monitor``, without the log monitor (the actors' stdout and stderr
-    stay in the session's log files instead of being copied to the console). On our 2-core machine
-    that is 98 MB less memory and about 2 s less start and shutdown (``docs/bench_cpu.json``). Its
-    processes also get ``MALLOC_ARENA_MAX=2`` (unless set already): glibc's default of 8 arenas per
-    core keeps freed memory of Ray's many threads resident (about 50 MB on W1).
-    Ray's public ``init`` has no switch for these two processes, so the defaults of ``RayParams``,
-    which ``init`` builds, are set for the duration of the call; a Ray whose ``RayParams`` lacks
-    them starts as usual."""
-    from ray._private import parameter
+    one machine), without the dashboard's head process and, unless ``log_monitor``, without the log
+    monitor (the actors' stdout and stderr stay in the session's log files instead of being copied
+    to the console). Its processes also get ``MALLOC_ARENA_MAX=2`` (unless set already): glibc's
+    default of 8 arenas per core keeps freed memory of Ray's many threads resident (about 50 MB on W1).
+
+    Without the dashboard (``include_dashboard=False``) Ray still starts its head process, serving
+    only usage statistics, and ``ray.init`` waits for it to come up: on our 2-core machine that is
+    1-1.5 s of the 3-3.5 s ``ray.init`` takes, and 78 MB. The two monitors are 98 MB more.
+    Ray's public ``init`` has no switch for these processes, so the defaults of ``RayParams``, which
+    ``init`` builds, and the head node's ``start_api_server`` are replaced for the duration of the
+    call; a Ray that lacks them starts as usual."""
+    from ray._private import node, parameter
 
     original = parameter.RayParams.__init__
     if not lean or not {"include_log_monitor", "no_monitor"} <= set(inspect.signature(original).parameters):
         yield
         return
+    api_server = getattr(node.Node, "start_api_server", None)
 
     @functools.wraps(original)
     def init(self, *args, **kwargs):
@@ -79,10 +83,14 @@ def lean_head(lean: bool = True, log_monitor: bool = False):
         original(self, *args, **kwargs)
 
     parameter.RayParams.__init__ = init
+    if api_server is not None:
+        node.Node.start_api_server = lambda self, **kwargs: None
     try:
         yield
     finally:
         parameter.RayParams.__init__ = original
+        if api_server is not None:
+            node.Node.start_api_server = api_server
 
 
 def start_server(config: Config, method: Optional[Method], run_dir: Path, resume: bool):

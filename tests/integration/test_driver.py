@@ -1,7 +1,7 @@
 """The Ray driver holds no model and no data: ``fedray run`` with torch made unimportable in the
 driver still runs to the end (the actors import torch), and a bad method, resolved in the server
 actor, is refused in one line with exit status 2 and no run folder. The local Ray it starts is lean
-(no autoscaler monitor, no log monitor) unless ``runtime.actor_output`` asks for the log monitor,
+(no autoscaler monitor, no dashboard head, no log monitor) unless ``runtime.actor_output`` asks for the log monitor,
 and no process of it outlives the command."""
 
 import json
@@ -54,7 +54,7 @@ def started(run: subprocess.CompletedProcess) -> dict[int, str]:
 
 
 def daemons(seen: dict[int, str]) -> set[str]:
-    names = ("gcs_server", "raylet", "monitor.py", "log_monitor.py")
+    names = ("gcs_server", "raylet", "monitor.py", "log_monitor.py", "dashboard.py")
     return {n for cmd in seen.values() for part in cmd.split() for n in names if Path(part).name == n}
 
 
@@ -82,3 +82,7 @@ def test_the_driver_runs_without_torch_and_refuses_a_bad_method(tmp_path):
                                          "are central, cfd,") and "\n" not in bad.stderr.strip()
     assert not (tmp_path / "bad").exists()
     assert daemons(started(bad)) == {"gcs_server", "raylet", "log_monitor.py"}
+    # runtime.dashboard starts Ray as ray.init does: the dashboard and both monitors
+    shown = fedray("algorithm.name=nope", "runtime.dashboard=true", "--run-dir", str(tmp_path / "bad"))
+    assert shown.returncode == 2 and not (tmp_path / "bad").exists()
+    assert daemons(started(shown)) == {"gcs_server", "raylet", "dashboard.py", "monitor.py", "log_monitor.py"}
