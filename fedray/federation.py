@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, Callable, Optional, Protocol
 
@@ -27,7 +28,7 @@ from fedray.data.shifts import adversary_ids, apply_group, client_groups
 from fedray.experiment import Method, resolve
 from fedray.messages import ClientSpec, ClientUpdate, RoundPlan, RoundResult
 from fedray.pretrain import pretrained_weights
-from fedray.tracking import RunWriter
+from fedray.tracking import RunWriter, render
 from fedray.training import cap_gpu_memory, evaluate, resolve_device, set_torch_threads
 from fedray.weights import Weights, nbytes, set_weights
 
@@ -145,6 +146,10 @@ class Federation:
         self.clients = make_clients(config, self.data, self.method.strategy.pools_data)
         build = model_builder(config, self.data.input_shape, self.data.num_classes)
         self.counts = label_counts(self.data.train_y, [c.indices for c in self.clients], self.data.num_classes)
+        if not resume:  # drawn in a thread while the start-up below waits on the object store and the hosts
+            drawer = ThreadPoolExecutor(1, thread_name_prefix="partition-figure")
+            self._partition = drawer.submit(lambda: render(partition_figure(self.counts, self.data.classes)))
+            drawer.shutdown(wait=False)
         self.initial, self.pretrained = initial_models(config, list(dict.fromkeys(c.arch for c in self.clients)),
                                                        build, self.data, self.device)
         context = ServerContext(config, self.clients, build, tree_factory, aux_x=self.data.aux_x,
@@ -288,7 +293,7 @@ class Federation:
 
     def _log_setup(self) -> None:
         self.writer.log_config(self.config.to_dict(), ["eval/accuracy", "eval/loss"])
-        self.writer.log_figure("data/partition", partition_figure(self.counts, self.data.classes))
+        self.writer.log_image("data/partition", self._partition.result())
         for arch, info in self.pretrained.items():
             for epoch, loss in enumerate(info["loss"], start=1):
                 self.writer.log_scalars(epoch, {f"pretrain/loss/{arch}": loss})

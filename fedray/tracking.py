@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Optional
 
+import numpy as np
 import yaml
 from torch.utils.tensorboard import SummaryWriter
 from torch.utils.tensorboard.summary import hparams
@@ -54,12 +55,23 @@ class RunWriter:
     def log_figure(self, tag: str, figure, step: int = 0) -> None:
         self.writer.add_figure(tag, figure, step)
 
+    def log_image(self, tag: str, image: np.ndarray, step: int = 0) -> None:
+        """An (H, W, 3) uint8 image, e.g. a figure drawn elsewhere by :func:`render`."""
+        self.writer.add_image(tag, image, step, dataformats="HWC")
+
     def log_text(self, tag: str, text: str, step: int = 0) -> None:
         """Text shown in TensorBoard's Text tab (monospaced: indentation is kept)."""
         self.writer.add_text(tag, "    " + text.replace("\n", "\n    "), step)
 
     def close(self) -> None:
         self.writer.close()
+
+
+def render(figure) -> np.ndarray:
+    """A figure on its own Agg canvas drawn to an (H, W, 3) uint8 image, the pixels ``log_figure``
+    would log; it touches no global state, so any thread may draw it."""
+    figure.canvas.draw()
+    return np.asarray(figure.canvas.buffer_rgba())[..., :3].copy()
 
 
 def read_scalars(run_dir: str | Path) -> dict[str, list[tuple[int, float]]]:
