@@ -1,0 +1,74 @@
+"""FedOpt's server optimisers (Reddi et al. 2021, Alg. 2) and FedAvgM on hand-computed tensors."""
+
+import numpy as np
+import pytest
+
+from tests.algorithms.test_aggregation import strategy, update
+
+
+def two_rounds(optimizer, **params):
+    """x_0 = [0, 0]; round 1 the clients' mean is [1, -2], round 2 it is x_1 + [1, 0]."""
+    s = strategy("fedopt", optimizer=optimizer, server_lr=0.1, beta1=0.5, beta2=0.75, tau=0.5, **params)
+    s.aggregate(1, [update(0, 1, [0, -2], 1), update(1, 1, [2, -2], 3), update(2, 2, [1, -2], 2)])
+    first = s.models["mlp"]["w"].astype(np.float64).copy()
+    target = first + np.array([1.0, 0.0])
+    s.aggregate(2, [update(i, 1, target, 2) for i in range(3)])
+    return s, first, s.models["mlp"]["w"].astype(np.float64)
+
+
+def test_fedadam_by_hand():
+    s, first, second = two_rounds("adam")
+    # round 1: Delta = [1, -2]; m = 0.5 * [1, -2]; v = 0.75 * 0.25 + 0.25 * [1, 4] = [0.4375, 1.1875]
+    m1, v1 = np.array([0.5, -1.0]), np.array([0.4375, 1.1875])
+    np.testing.assert_allclose(first, 0.1 * m1 / (np.sqrt(v1) + 0.5), rtol=1e-6)
+    # round 2: Delta = [1, 0]; m = 0.5 m1 + 0.5 [1, 0]; v = 0.75 v1 + 0.25 [1, 0]
+    m2, v2 = 0.5 * m1 + np.array([0.5, 0.0]), 0.75 * v1 + np.array([0.25, 0.0])
+    np.testing.assert_allclose(second, first + 0.1 * m2 / (np.sqrt(v2) + 0.5), rtol=1e-6)
+    assert s.models["mlp"]["count"] == 2  # buffers: the clients' mean, as FedAvg
+    m, v = s.moments["mlp"]["w"]
+    np.testing.assert_allclose(m, m2)
+    np.testing.assert_allclose(v, v2)
+    assert set(s.moments["mlp"]) == {"w"}  # the optimiser moves parameters only
+
+
+def test_fedyogi_and_fedadagrad_by_hand():
+    _, first, second = two_rounds("yogi")
+    m1 = np.array([0.5, -1.0])
+    # v_0 = tau^2 = 0.25 < Delta^2 = [1, 4]: sign -1, so v grows by (1 - beta2) Delta^2
+    v1 = 0.25 + 0.25 * np.array([1.0, 4.0])
+    np.testing.assert_allclose(first, 0.1 * m1 / (np.sqrt(v1) + 0.5), rtol=1e-6)
+    # round 2: Delta^2 = [1, 0]; v1 = [0.5, 1.25]: sign(v1 - Delta^2) = [-1, +1]
+    v2 = v1 - 0.25 * np.array([1.0, 0.0]) * np.array([-1.0, 1.0])
+    np.testing.assert_allclose(second, first + 0.1 * (0.5 * m1 + [0.5, 0]) / (np.sqrt(v2) + 0.5), rtol=1e-6)
+
+    _, first, second = two_rounds("adagrad")
+    v1 = 0.25 + np.array([1.0, 4.0])
+    np.testing.assert_allclose(first, 0.1 * m1 / (np.sqrt(v1) + 0.5), rtol=1e-6)
+    np.testing.assert_allclose(second, first + 0.1 * (0.5 * m1 + [0.5, 0]) / (np.sqrt(v1 + [1, 0]) + 0.5), rtol=1e-6)
+
+
+def test_fedavgm_by_hand_and_fedavg_as_its_special_case():
+    _, first, second = two_rounds("momentum")
+    np.testing.assert_allclose(first, 0.1 * np.array([1.0, -2.0]), rtol=1e-6)  # m = Delta
+    np.testing.assert_allclose(second, first + 0.1 * (0.5 * np.array([1.0, -2.0]) + [1, 0]), rtol=1e-6)
+    plain = strategy("fedopt", optimizer="momentum", server_lr=1.0, beta1=0.0)
+    avg = strategy("fedavg")
+    ups = [update(0, 1, [0, -2], 1), update(1, 1, [2, -2], 3), update(2, 2, [1, -2], 2)]
+    plain.aggregate(1, ups), avg.aggregate(1, ups)
+    np.testing.assert_array_equal(plain.models["mlp"]["w"], avg.models["mlp"]["w"])
+
+
+def test_moments_are_checkpointed():
+    s, _, _ = two_rounds("adam")
+    fresh = strategy("fedopt", optimizer="adam", server_lr=0.1, beta1=0.5, beta2=0.75, tau=0.5)
+    fresh.load_state_dict(s.state_dict())
+    ups = [update(i, 1, [3, 3], 2) for i in range(3)]
+    s.aggregate(3, ups), fresh.aggregate(3, ups)
+    np.testing.assert_array_equal(s.models["mlp"]["w"], fresh.models["mlp"]["w"])
+
+
+def test_unknown_optimizer_is_a_config_error():
+    from fedray.config import ConfigError
+
+    with pytest.raises(ConfigError, match="optimizer"):
+        strategy("fedopt", optimizer="lamb")
