@@ -17,10 +17,12 @@ from fedray.algorithms.fedbe import FedBE
 from fedray.algorithms.fedopt import FedOpt
 from fedray.algorithms.feddf import FedDF
 from fedray.algorithms.fedprox import FedProx
+from fedray.algorithms.scaffold import Scaffold
 from fedray.algorithms.signsgd import SignSGD
 from fedray.algorithms.stc import STC
 
 ALGORITHMS: dict[str, type[Strategy]] = {s.name: s for s in (FedAvg, FedProx, DSGD, Central, STC, SignSGD, DGC, CFL,
-                                                          FedDF, FedBE, FD, CFD, FedAUX, FedOpt)}
+                                                          FedDF, FedBE, FD, CFD, FedAUX, FedOpt,
+                                                          Scaffold)}
 
 __all__ = ["ALGORITHMS", "ClientAlgorithm", "Params", "ServerContext", "Strategy", "VirtualClient"]

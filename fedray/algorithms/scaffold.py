@@ -1,0 +1,137 @@
+"""SCAFFOLD: Karimireddy et al., "SCAFFOLD: Stochastic Controlled Averaging for Federated
+Learning", ICML 2020, Algorithm 1. A baseline of MrTF (its reference [20]).
+
+The server keeps a control variate c, each client its own c_i (both start at 0). Per round:
+
+    client i in S:   y_i <- x;  K times: y_i <- y_i - eta_l (g_i(y_i) - c_i + c)      # lines 7-10
+                     c_i^+ <- g_i(x)                                   (option I)      # line 12
+                          or c_i - c + (x - y_i) / (K eta_l)           (option II)
+                     send (y_i - x, c_i^+ - c_i);  c_i <- c_i^+                          # lines 13-14
+    server:          x <- x + eta_g / |S| sum_i (y_i - x)                                # line 16
+                     c <- c + 1 / N sum_{i in S} (c_i^+ - c_i)                           # line 17
+
+The correction c - c_i enters local training as the linear term <c - c_i, y> added to the loss, so
+its gradient is exactly c - c_i at every step (with plain SGD this is line 10; with momentum or
+weight decay the correction goes through the optimiser like the gradient). The control variates
+cover the model's parameters; buffers (BatchNorm statistics) are averaged as in FedAvg. Both
+directions carry a model and a control variate: twice FedAvg's bytes, as the paper notes.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Literal, Optional
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from pydantic import Field
+
+from fedray.algorithms.base import ClientAlgorithm, Params, ServerContext, Strategy, Trained, VirtualClient, task_seed
+from fedray.algorithms.helpers import group_by_arch, mean_client_loss
+from fedray.messages import ClientTask, ClientUpdate, RoundPlan
+from fedray.training import ExtraLoss, batch_indices
+from fedray.weights import Weights, set_weights, weighted_mean
+
+
+class ScaffoldParams(Params):
+    server_lr: float = Field(1.0, gt=0)  # eta_g; 1 in the paper's experiments
+    control: Literal["II", "I"] = "II"  # how c_i^+ is computed (line 12); the paper's experiments use II
+
+
+@dataclass
+class ScaffoldUpload:
+    """y_i and c_i^+ - c_i (line 13; y_i - x is formed on the server, which holds x)."""
+
+    weights: Weights
+    control_delta: Weights
+
+
+def zeros_like_parameters(model: torch.nn.Module) -> Weights:
+    return {name: np.zeros(tuple(p.shape), np.float32) for name, p in model.named_parameters()}
+
+
+class ScaffoldClient(ClientAlgorithm):
+    stateful = True  # c_i stays on the client's home host and is checkpointed with it
+
+    def __init__(self, *args: Any, **kwargs: Any):
+        super().__init__(*args, **kwargs)
+        self._round: dict[int, tuple[Weights, Weights]] = {}  # client -> (c, c_i) of the running task
+
+    def receive(self, task: ClientTask, downloads: tuple[Any, ...], client: VirtualClient) -> Weights:
+        theta, control = downloads
+        own = client.state.get("control") or zeros_like_parameters(self.model(task.arch))
+        self._round[task.client_id] = (control, own)
+        return theta
+
+    def extra_loss(self, model: torch.nn.Module, task: ClientTask) -> Optional[ExtraLoss]:
+        """<c - c_i, y>: its gradient is the correction of line 10."""
+        control, own = self._round[task.client_id]
+        correction = {name: torch.from_numpy(control[name] - own[name]).to(self.device) for name in control}
+
+        def corrected(m: torch.nn.Module) -> torch.Tensor:
+            return sum((p * correction[name]).sum() for name, p in m.named_parameters())
+
+        return corrected
+
+    def upload(self, task: ClientTask, theta: Weights, local: Trained, client: VirtualClient) -> ScaffoldUpload:
+        control, own = self._round.pop(task.client_id)
+        if self.params.control == "I":  # g_i(x): the full local gradient at the server model
+            new = self.full_gradient(task.arch, theta, client)
+        else:  # c_i - c + (x - y_i) / (K eta_l)
+            scale = 1.0 / (local.metrics["steps"] * self.config.training.lr)
+            new = {name: (own[name] - control[name] + scale * (theta[name] - local.weights[name])).astype(np.float32)
+                   for name in own}
+        client.state["control"] = new
+        return ScaffoldUpload(local.weights, {name: new[name] - own[name] for name in new})
+
+    def full_gradient(self, arch: str, theta: Weights, client: VirtualClient) -> Weights:
+        """The mean gradient of the local loss over all of D_i at x (option I), batch by batch."""
+        model = self.model(arch)
+        set_weights(model, theta)
+        model.train()
+        model.zero_grad(set_to_none=True)
+        size = self.config.training.batch_size
+        steps = -(-len(client.x) // size)
+        for idx in batch_indices(len(client.x), size, steps, torch.Generator().manual_seed(0)):
+            idx = idx.to(client.x.device)
+            (F.cross_entropy(model(client.x[idx]), client.y[idx], reduction="sum") / len(client.x)).backward()
+        return {name: p.grad.detach().cpu().numpy().astype(np.float32) for name, p in model.named_parameters()}
+
+
+class Scaffold(Strategy):
+    name = "scaffold"
+    Params = ScaffoldParams
+    Client = ScaffoldClient
+    state_attrs = ("models", "controls")
+
+    def __init__(self, params: ScaffoldParams, ctx: ServerContext):
+        super().__init__(params, ctx)
+        self.controls: dict[str, Weights] = {arch: zeros_like_parameters(ctx.build_model(arch))
+                                             for arch in ctx.architectures}
+
+    def configure_round(self, round: int) -> RoundPlan:
+        clients = self.sample_clients(round)
+        broadcast = {}
+        for c in clients:
+            broadcast[f"model/{c.arch}"], broadcast[f"control/{c.arch}"] = self.models[c.arch], self.controls[c.arch]
+        tasks = [ClientTask(c.client_id, round, c.arch, (f"model/{c.arch}", f"control/{c.arch}"),
+                            task_seed(self.config.seed, round, c.client_id))
+                 for c in clients]
+        return RoundPlan(tasks=tasks, broadcast=broadcast)
+
+    def aggregate(self, round: int, updates: list[ClientUpdate]) -> dict[str, float]:
+        clients_of = {arch: sum(1 for c in self.ctx.clients if c.arch == arch) for arch in self.models}
+        for arch, group in group_by_arch(updates).items():
+            x, ones = self.models[arch], [1.0] * len(group)
+            mean = weighted_mean([u.payload.weights for u in group], ones)  # buffers: the clients' mean
+            mean_delta_c = weighted_mean([u.payload.control_delta for u in group], ones)
+            c = self.controls[arch]
+            for name in c:  # line 16 for the parameters
+                mean[name] = (x[name] + self.params.server_lr * (mean[name].astype(np.float64) - x[name])
+                              ).astype(x[name].dtype)
+            self.models[arch] = mean
+            # line 17: c + 1/N sum_S delta c_i = c + |S|/N mean_S delta c_i (N: this architecture's clients)
+            share = len(group) / clients_of[arch]
+            self.controls[arch] = {name: (c[name] + share * mean_delta_c[name]).astype(np.float32) for name in c}
+        return mean_client_loss(updates)
