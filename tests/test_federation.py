@@ -98,8 +98,14 @@ def test_proximal_term_keeps_clients_near_the_global_model(tmp_path):
     assert drift(10.0) < 0.5 * drift(0.0)
 
 
-def test_local_resume_matches_uninterrupted_run(tmp_path):
-    config = digits("fedavg", 4, checkpoint_every=2)
+@pytest.mark.parametrize("algorithm", [{"name": "fedavg"}, {"name": "scaffold"}, {"name": "fedopt"},
+                                       {"name": "mrtf", "cluster_after": 2, "distill": {"steps": 30}}],
+                         ids=lambda a: a["name"])
+def test_local_resume_matches_uninterrupted_run(tmp_path, algorithm):
+    """Also SCAFFOLD's control variates (the clients' c_i and the server's c), FedOpt's moments and
+    MrTF's refined models come back from the checkpoint."""
+    config = digits(algorithm["name"], 4, checkpoint_every=2)
+    config = build_config({**config.to_dict(), "algorithm": algorithm})
     whole, _ = run(config, tmp_path / "a")
     part, _ = run(config, tmp_path / "b", rounds=2)
     part.writer.close()

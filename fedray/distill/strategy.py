@@ -33,7 +33,8 @@ class DistillationStrategy(Strategy):
     def __init__(self, params: Params, ctx: ServerContext):
         super().__init__(params, ctx)
         device = self.ctx.device
-        self.aux = torch.from_numpy(np.ascontiguousarray(self.ctx.aux_x)).to(device)
+        # None for a method that distils elsewhere (MrTF: on the test inputs)
+        self.aux = None if self.ctx.aux_x is None else torch.from_numpy(np.ascontiguousarray(self.ctx.aux_x)).to(device)
         self.test_x = torch.from_numpy(np.ascontiguousarray(self.ctx.test_x)).to(device)
         self.test_y = torch.from_numpy(np.ascontiguousarray(self.ctx.test_y)).to(device)
         self._work: dict[str, torch.nn.Module] = {}

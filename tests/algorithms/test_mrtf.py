@@ -1,0 +1,111 @@
+"""MrTF's server (section 4.4): targets from the modules, refinement on the test inputs that never
+reads their labels, the ablations PA / AL / ST / ST+RD, and feed-back of the refined model."""
+
+import numpy as np
+import pytest
+import torch
+
+from fedray.config import build_config
+from fedray.distill import aggregate_teachers
+from fedray.distill.ensemble import predict_features
+from fedray.distill.refinery import cluster_refine, local_share, rectified_target, stabilised_probs
+from fedray.messages import ClientSpec, ClientUpdate
+from fedray.models import create_model
+from fedray.weights import get_weights, weighted_mean
+from tests.support import make_strategy
+
+RNG = np.random.default_rng(0)
+TEST_X = RNG.normal(size=(60, 6)).astype(np.float32)
+TEST_Y = RNG.integers(0, 3, 60)
+
+
+def build(arch):
+    torch.manual_seed(0)
+    return create_model("mlp", (6,), 3, hidden=(8,))
+
+
+def mrtf(test_y=TEST_Y, **params):
+    config = build_config({"federation": {"num_clients": 4, "clients_per_round": 3, "architectures": {"mlp": 4}},
+                           "algorithm": {"name": "mrtf", "distill": {"steps": 20, "lr": 1e-2, "batch_size": 16},
+                                         **params}})
+    specs = [ClientSpec(i, "mlp", np.arange(10)) for i in range(4)]
+    return make_strategy(config, specs, build, test_x=TEST_X, test_y=test_y)
+
+
+def updates(strategy, seed=1, losses=(0.9, 0.6, 0.3)):
+    rng = np.random.default_rng(seed)
+    base = strategy.models["mlp"]
+    return [ClientUpdate(i, "mlp", 10, {k: (v + rng.normal(scale=0.5, size=v.shape)).astype(v.dtype) for k, v in base.items()},
+                         0, {"loss": loss}) for i, loss in enumerate(losses)]
+
+
+def test_refinement_never_reads_the_labels():
+    a, b = mrtf(), mrtf(test_y=(TEST_Y + 1) % 3)  # every label changed
+    logged = []
+    for rnd in (1, 2, 7):  # 7: past cluster_after, with CLR
+        ups = updates(a, seed=rnd)
+        ma, mb = a.aggregate(rnd, ups), b.aggregate(rnd, ups)
+        for name in a.models["mlp"]:
+            np.testing.assert_array_equal(a.models["mlp"][name], b.models["mlp"][name])
+        logged += [(ma[k], mb[k]) for k in ma if k.startswith("mrtf/accuracy")]
+    assert any(x != y for x, y in logged)  # the labels reach the logs only
+
+
+def test_mrtf_targets_are_st_then_rd_then_clr():
+    s = mrtf()
+    ups = updates(s)
+    previous = dict(s.models["mlp"])
+    average = weighted_mean([u.payload for u in ups], [1, 1, 1])
+    x = torch.from_numpy(TEST_X)
+    logits = torch.stack([s.logits("mlp", u.payload, x) for u in ups])
+    q_prev, q_new = (stabilised_probs(s.logits("mlp", w, x), 4.0) for w in (previous, average))
+    u = local_share(0.6, 3)  # the mean local loss
+    rd = rectified_target(stabilised_probs(logits, 4.0), q_prev, q_new, u)
+    target, info = s.targets(1, "mlp", [u.payload for u in ups], previous, average, 0.6)
+    torch.testing.assert_close(target, rd)  # round 1: no CLR yet
+    assert info == {"u": pytest.approx(0.25 + 0.75 * 0.6 / np.log(3))}
+    target, _ = s.targets(6, "mlp", [u.payload for u in ups], previous, average, 0.6)
+    torch.testing.assert_close(target, cluster_refine(predict_features(s.work_model("mlp", average), x), rd, 4.0))
+
+
+def test_ablation_targets_al_and_st():
+    al, st = mrtf(teachers="avg_logit", rectify=False, cluster=False), mrtf(rectify=False, cluster=False)
+    ups = updates(al)
+    x = torch.from_numpy(TEST_X)
+    logits = torch.stack([al.logits("mlp", u.payload, x) for u in ups])
+    args = ("mlp", [u.payload for u in ups], al.models["mlp"], al.models["mlp"], 0.5)
+    torch.testing.assert_close(al.targets(9, *args)[0], aggregate_teachers(logits, "mean_logits"))  # eq. 3
+    torch.testing.assert_close(st.targets(9, *args)[0], stabilised_probs(logits, 4.0).mean(dim=0))  # eq. 7
+
+
+def test_pa_is_fedavg_and_feed_back_off_broadcasts_the_plain_aggregate():
+    pa = mrtf(refine=False)
+    ups = updates(pa)
+    pa.aggregate(1, ups)
+    average = weighted_mean([u.payload for u in ups], [1, 1, 1])
+    for name in average:
+        np.testing.assert_array_equal(pa.models["mlp"][name], average[name])
+
+    kept = mrtf(feed_back=False)
+    metrics = kept.aggregate(1, ups)
+    for name in average:
+        np.testing.assert_array_equal(kept.models["mlp"][name], average[name])  # broadcast next round
+    assert any(not np.array_equal(kept.refined["mlp"][n], average[n]) for n in average)
+    assert kept.models_to_evaluate() is kept.refined  # evaluated: the refined model
+    assert {"mrtf/accuracy_aggregate", "mrtf/accuracy_targets", "mrtf/accuracy_refined", "mrtf/u",
+            "mrtf/distill_loss", "train/loss"} <= set(metrics)
+
+
+def test_refinement_moves_the_aggregate_towards_the_targets():
+    s = mrtf(cluster=False)
+    ups = updates(s)
+    previous = dict(s.models["mlp"])
+    average = weighted_mean([u.payload for u in ups], [1, 1, 1])
+    target, _ = s.targets(1, "mlp", [u.payload for u in ups], previous, average, 0.6)
+    s.aggregate(1, ups)
+    x = torch.from_numpy(TEST_X)
+
+    def cross_entropy(weights):
+        return float(-(target * torch.log_softmax(s.logits("mlp", weights, x), dim=1)).sum(dim=1).mean())
+
+    assert cross_entropy(s.models["mlp"]) < cross_entropy(average) - 0.01  # eq. 8 went down
