@@ -2,12 +2,13 @@
 the server's model and control update, on hand-computed tensors."""
 
 import numpy as np
+import pytest
 import torch
 import torch.nn.functional as F
 
 from fedray.algorithms.base import VirtualClient
 from fedray.algorithms.scaffold import ScaffoldUpload
-from fedray.config import build_config
+from fedray.config import ConfigError, build_config
 from fedray.experiment import resolve
 from fedray.messages import ClientSpec, ClientTask, ClientUpdate
 from fedray.training import batch_indices
@@ -111,3 +112,11 @@ def test_server_moves_the_model_and_the_control_by_hand():
     # c + 1/N sum_S delta c_i = [0.3, -0.3] + (0.6 + 0, 0 - 1.2) / 3 = [0.5, -0.7]
     np.testing.assert_allclose(s.controls["mlp"]["w"], [0.5, -0.7], rtol=1e-6)
     assert set(s.state_dict()) == {"models", "controls"}
+
+
+def test_option_two_with_momentum_or_adam_is_refused_in_one_line():
+    for training, message in (({"momentum": 0.9}, "training.momentum = 0.9"), ({"optimizer": "adam"}, "training.optimizer = 'adam'")):
+        cfg = build_config({"algorithm": {"name": "scaffold"}, "training": training})
+        with pytest.raises(ConfigError, match=message + ".*set .*or algorithm.control=I"):
+            resolve(cfg)
+    resolve(build_config({"algorithm": {"name": "scaffold", "control": "I"}, "training": {"momentum": 0.9}}))
