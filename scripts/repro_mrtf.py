@@ -10,7 +10,8 @@ The paper's numbers (MNIST): locals 17.6 / 19.2 / 20.4%, AvgLogit 33.1%, AvgProb
 aggregated models 39.4% and 79.9%.
 
 ``compare`` (Fig. 7's setting, scaled): K = 100, R = 10%, E = 3 (``configs/mrtf.yaml``: MLP, local SGD
-with momentum 0.9, batch 64), split by Dirichlet alpha 0.1 and by label with C-bar = 3, ``--rounds``
+with momentum 0.9, batch 64), split by Dirichlet alpha 1 and 0.1 and by label with C-bar = 5 and 3
+(Fig. 7's four scenes), ``--rounds``
 rounds (default 20; the paper runs 200). Methods: FedAvg (= PA), FedProx (mu 0.01), SCAFFOLD (with
 plain local SGD, which its control variates assume), FedAvgM and FedAdam (FedOpt), and MrTF's ablation AL (FedDF's AvgLogit on the test inputs, as the
 paper runs FedDF in TFL), ST, ST+RD and MrTF. Writes ``docs/repro_mrtf.md`` and ``.json``; the paper
@@ -18,6 +19,7 @@ gives Fig. 7 and Fig. 11 as plots only, so the table states its ordering.
 
     python scripts/repro_mrtf.py --only demo
     python scripts/repro_mrtf.py --only compare --jobs 2
+    python scripts/repro_mrtf.py --only compare --jobs 2 --splits "alpha 1" "C-bar 5"   # merged into the saved
 """
 
 from __future__ import annotations
@@ -122,7 +124,9 @@ def write(result: dict, path: Path) -> None:
     path.write_text("\n".join(lines) + "\n")
 
 
-SPLITS = {"alpha 0.1": ["data.partition=dirichlet", "data.alpha=0.1"],
+SPLITS = {"alpha 1": ["data.partition=dirichlet", "data.alpha=1.0"],
+          "alpha 0.1": ["data.partition=dirichlet", "data.alpha=0.1"],
+          "C-bar 5": ["data.partition=shards", "data.classes_per_client=5"],
           "C-bar 3": ["data.partition=shards", "data.classes_per_client=3"]}
 MRTF = "algorithm={name: mrtf, distill: {optimizer: adam, lr: 0.0003, steps: 500, batch_size: 64}"
 METHODS = {"fedavg": ("FedAvg (PA)", ["algorithm={name: fedavg}"]),
@@ -181,7 +185,8 @@ def write_compare(results: dict, path: Path, calls: list[dict], rounds: int) -> 
              "MrTF's refinement over the round's plain aggregate (refined minus aggregate accuracy): "
              + ("; ".join(gains) or "-") + ".", "",
              "Written by `scripts/repro_mrtf.py --only compare`: "
-             + "; ".join(f"{m['runs']} runs ({', '.join(m['methods']) or 'all'}) in {m['wall_s'] / 60:.1f} min with "
+             + "; ".join(f"{m['runs']} runs ({', '.join(m['methods'] + m.get('splits', [])) or 'all'}) in "
+                         f"{m['wall_s'] / 60:.1f} min with "
                          f"{m['jobs']} processes on {m['cpu']}" for m in calls) + "."]
     path.write_text("\n".join(lines) + "\n")
 
@@ -193,6 +198,7 @@ def main() -> None:
     parser.add_argument("--lr", type=float, default=0.01, help="demo: local lr (logit maxima 12-14, near the paper's 9-20)")
     parser.add_argument("--momentum", type=float, default=0.0, help="demo: local momentum")
     parser.add_argument("--methods", nargs="+", choices=list(METHODS), help="compare: only these (merged into the saved results)")
+    parser.add_argument("--splits", nargs="+", choices=list(SPLITS), help="compare: only these (merged into the saved results)")
     args = parser.parse_args()
     out = Path(args.out)
     if (not args.only or "demo" in args.only) and not args.plot_only:
@@ -208,15 +214,16 @@ def main() -> None:
         return
     if not args.only or "compare" in args.only:
         rounds = args.rounds or 20
-        start, todo = time.perf_counter(), [s for s in specs(rounds) if not args.methods or s["method"] in args.methods]
+        start, todo = time.perf_counter(), [s for s in specs(rounds) if (not args.methods or s["method"] in args.methods)
+                                            and (not args.splits or s["split"] in args.splits)]
         store = Store(out.with_suffix(".json"), key, header={"rounds": rounds}, match=("rounds",))
         saved = store.read() or {}
-        earlier = saved.get("invocations", []) if args.methods and saved.get("rounds") == rounds else []
+        earlier = saved.get("invocations", []) if (args.methods or args.splits) and saved.get("rounds") == rounds else []
         results = run_grid(run_compare, todo, store, args.jobs,
                            cost=lambda s: 3.0 if s["method"] in ("st", "st_rd", "mrtf", "al") else 1.0,
                            line=lambda r: f"{key(r)}: final {100 * r['history'][-1]['accuracy']:.1f}% "
                                           f"({r['wall_s']:.0f} s)")
-        calls = earlier + [invocation(args, todo, results, key, start, methods=args.methods or [])]
+        calls = earlier + [invocation(args, todo, results, key, start, methods=args.methods or [], splits=args.splits or [])]
         store.header = {"rounds": rounds, "invocations": calls}
         store.save(results)
         write_compare(results, out.with_suffix(".md"), calls, rounds)
