@@ -20,6 +20,7 @@ gives Fig. 7 and Fig. 11 as plots only, so the table states its ordering.
     python scripts/repro_mrtf.py --only demo
     python scripts/repro_mrtf.py --only compare --jobs 2
     python scripts/repro_mrtf.py --only compare --jobs 2 --splits "alpha 1" "C-bar 5"   # merged into the saved
+    python scripts/repro_mrtf.py --only compare --jobs 2 --splits "alpha 0.1" --seeds 1 2
 """
 
 from __future__ import annotations
@@ -140,14 +141,17 @@ METHODS = {"fedavg": ("FedAvg (PA)", ["algorithm={name: fedavg}"]),
            "mrtf": ("MrTF (ST+RD+CLR)", [MRTF + "}"])}
 
 
-def specs(rounds: int) -> list[dict]:
-    return [{"split": split, "method": method, "overrides": SPLITS[split] + METHODS[method][1] +
-             [f"federation.rounds={rounds}", "runtime.torch_threads=1"]}  # one thread a process: --jobs of them
-            for split in SPLITS for method in METHODS]
+def specs(rounds: int, seeds: list[int]) -> list[dict]:
+    """Seed s sets the run's seed and the split's (``seed``, ``data.seed``)."""
+    return [{"split": split, "method": method, "seed": seed,
+             "overrides": SPLITS[split] + METHODS[method][1] + [f"seed={seed}", f"data.seed={seed}",
+             f"federation.rounds={rounds}", "runtime.torch_threads=1"]}  # one thread a process: --jobs of them
+            for seed in seeds for split in SPLITS for method in METHODS]
 
 
 def key(r: dict) -> str:
-    return f"{r['split']}/{r['method']}"
+    seed = r.get("seed", 0)
+    return f"{r['split']}/{r['method']}" + (f"/seed{seed}" if seed else "")
 
 
 def record(fed, m: dict) -> dict:
@@ -158,7 +162,7 @@ def record(fed, m: dict) -> dict:
 def run_compare(spec: dict) -> dict:
     config = load_config(ROOT / "configs" / "mrtf.yaml", spec["overrides"])
     done = run_local(config, record)
-    return {"split": spec["split"], "method": spec["method"], "rounds": config.federation.rounds,
+    return {"split": spec["split"], "method": spec["method"], "seed": spec["seed"], "rounds": config.federation.rounds,
             "history": done.records, "wall_s": done.wall_s}
 
 
@@ -176,6 +180,23 @@ def write_compare(results: dict, path: Path, calls: list[dict], rounds: int) -> 
         if r:
             d = [h["accuracy"] - h["aggregate"] for h in r["history"] if h.get("aggregate") is not None]
             gains.append(f"{split}: {100 * float(np.mean(d)):+.1f} points a round on average")
+    seeded = []  # splits run with more seeds than 0: the mean final accuracy over the seeds
+    for split in SPLITS:
+        runs = {m: [r for r in results.values() if r["split"] == split and r["method"] == m] for m in METHODS}
+        if all(len(v) > 1 for v in runs.values()):
+            seeded.append((split, runs))
+    seed_lines = []
+    for split, runs in seeded:
+        rows_s = []
+        for method, (label, _) in METHODS.items():
+            final = [100 * r["history"][-1]["accuracy"] for r in runs[method]]
+            rows_s.append([label, f"{np.mean(final):.1f} ± {(max(final) - min(final)) / 2:.1f}",
+                           " / ".join(f"{f:.1f}" for f in final)])
+        seeds = sorted(r.get("seed", 0) for r in runs["fedavg"])
+        seed_lines += ["", f"{split}, seeds {', '.join(map(str, seeds))} (the run's seed and the split's): final "
+                       "accuracy %, mean ± half the range, and each seed's.", "",
+                       *markdown_table(["method", "mean", "by seed"], rows_s)]
+    results = {k: r for k, r in results.items() if not r.get("seed", 0)}  # the main table: seed 0
     lines = ["# MrTF against its baselines and ablations on Fashion-MNIST", "",
              f"K = 100 clients, 10 a round, E = 3 local epochs, MLP, {rounds} rounds (paper: 200), seed 0; "
              "test accuracy in %, final (maximum over the rounds). FedDF is the paper's TFL FedDF: AvgLogit "
@@ -183,9 +204,10 @@ def write_compare(results: dict, path: Path, calls: list[dict], rounds: int) -> 
              "in every scene; each ablation step adds accuracy.", "",
              *markdown_table(["method"] + list(SPLITS), rows), "",
              "MrTF's refinement over the round's plain aggregate (refined minus aggregate accuracy): "
-             + ("; ".join(gains) or "-") + ".", "",
+             + ("; ".join(gains) or "-") + ".", *seed_lines, "",
              "Written by `scripts/repro_mrtf.py --only compare`: "
-             + "; ".join(f"{m['runs']} runs ({', '.join(m['methods'] + m.get('splits', [])) or 'all'}) in "
+             + "; ".join(f"{m['runs']} runs ({', '.join(m['methods'] + m.get('splits', [])) or 'all'}"
+                         f"{', seeds ' + ' '.join(map(str, m['seeds'])) if m.get('seeds', [0]) != [0] else ''}) in "
                          f"{m['wall_s'] / 60:.1f} min with "
                          f"{m['jobs']} processes on {m['cpu']}" for m in calls) + "."]
     path.write_text("\n".join(lines) + "\n")
@@ -199,6 +221,7 @@ def main() -> None:
     parser.add_argument("--momentum", type=float, default=0.0, help="demo: local momentum")
     parser.add_argument("--methods", nargs="+", choices=list(METHODS), help="compare: only these (merged into the saved results)")
     parser.add_argument("--splits", nargs="+", choices=list(SPLITS), help="compare: only these (merged into the saved results)")
+    parser.add_argument("--seeds", nargs="+", type=int, default=[0], help="compare: seeds (merged into the saved results)")
     args = parser.parse_args()
     out = Path(args.out)
     if (not args.only or "demo" in args.only) and not args.plot_only:
@@ -214,16 +237,17 @@ def main() -> None:
         return
     if not args.only or "compare" in args.only:
         rounds = args.rounds or 20
-        start, todo = time.perf_counter(), [s for s in specs(rounds) if (not args.methods or s["method"] in args.methods)
+        start, todo = time.perf_counter(), [s for s in specs(rounds, args.seeds) if (not args.methods or s["method"] in args.methods)
                                             and (not args.splits or s["split"] in args.splits)]
         store = Store(out.with_suffix(".json"), key, header={"rounds": rounds}, match=("rounds",))
         saved = store.read() or {}
-        earlier = saved.get("invocations", []) if (args.methods or args.splits) and saved.get("rounds") == rounds else []
+        earlier = saved.get("invocations", []) if (args.methods or args.splits or args.seeds != [0]) and saved.get("rounds") == rounds else []
         results = run_grid(run_compare, todo, store, args.jobs,
                            cost=lambda s: 3.0 if s["method"] in ("st", "st_rd", "mrtf", "al") else 1.0,
                            line=lambda r: f"{key(r)}: final {100 * r['history'][-1]['accuracy']:.1f}% "
                                           f"({r['wall_s']:.0f} s)")
-        calls = earlier + [invocation(args, todo, results, key, start, methods=args.methods or [], splits=args.splits or [])]
+        calls = earlier + [invocation(args, todo, results, key, start, methods=args.methods or [], splits=args.splits or [],
+                                      seeds=args.seeds)]
         store.header = {"rounds": rounds, "invocations": calls}
         store.save(results)
         write_compare(results, out.with_suffix(".md"), calls, rounds)
