@@ -1,7 +1,8 @@
 """MrTF: Li, Yang, Zhan, "MrTF: Model Refinery for Transductive Federated Learning", section 4.4.
 
-Transductive FL: the server holds the unlabelled inputs it must label, X_g (here the test inputs;
-their labels are read only to log accuracies), and refines each round's aggregate on them:
+Transductive FL: the server holds the unlabelled inputs it must label, X_g (the test inputs, whose
+labels are read only to log accuracies; or, with ``inputs: aux``, the ``aux:`` inputs, e.g. a named
+data set), and refines each round's aggregate on them:
 
     theta_{t,k}, L_{t,k} <- local SGD from theta_t on D_k, for k in S_t          # FedAvg's client
     theta_{t+1} <- 1/|S_t| sum_k theta_{t,k}                                    # PA
@@ -51,6 +52,9 @@ class MrTFParams(Params):
     tau: float = Field(4.0, gt=0)  # eq. 6 and eq. 12
     cluster_after: int = Field(5, ge=0)  # CLR from round cluster_after + 1 on ("the first several rounds (e.g., 5)")
     feed_back: bool = True  # broadcast the refined model (paper); False: the plain aggregate (authors' code)
+    # the unlabelled set the server refines on: the test inputs (the paper's transductive setting), or
+    # the ``aux:`` inputs (a named data set, ``aux.dataset``, or a part carved out of the training set)
+    inputs: Literal["test", "aux"] = "test"
     distill: DistillParams = Field(default_factory=refine_distill_defaults)
 
 
@@ -61,11 +65,13 @@ class MrTF(DistillationStrategy):
 
     @classmethod
     def config_problem(cls, config: Config) -> Optional[str]:
-        return None  # distils on the transductive set (the test inputs), not on auxiliary data
+        if config.algorithm.model_dump().get("inputs", "test") == "aux":
+            return super().config_problem(config)  # the aux: inputs must exist
+        return None  # distils on the test inputs, not on auxiliary data
 
     def __init__(self, params: MrTFParams, ctx: ServerContext):
         super().__init__(params, ctx)
-        self.inputs = self.test_x  # X_g; self.test_y is read only by ``logged_accuracy``
+        self.inputs = self.test_x if params.inputs == "test" else self.aux  # X_g
         self.refined: dict[str, Weights] = dict(self.models)  # what the clients do not get with feed_back false
 
     def aggregate(self, round: int, updates: list[ClientUpdate]) -> dict[str, float]:
@@ -84,9 +90,11 @@ class MrTF(DistillationStrategy):
             suffix = f"/{arch}" if len(self.ctx.architectures) > 1 else ""
             metrics.update({f"mrtf/{k}{suffix}": v for k, v in info.items()})
             metrics[f"mrtf/distill_loss{suffix}"] = stats["loss"]
-            metrics[f"mrtf/accuracy_aggregate{suffix}"] = self.logged_accuracy(self.logits(arch, average, self.inputs))
-            metrics[f"mrtf/accuracy_targets{suffix}"] = self.logged_accuracy(target)
-            metrics[f"mrtf/accuracy_refined{suffix}"] = self.logged_accuracy(self.logits(arch, refined, self.inputs))
+            # on the test set, whose labels the server reads for these logs only
+            metrics[f"mrtf/accuracy_aggregate{suffix}"] = self.logged_accuracy(self.logits(arch, average, self.test_x))
+            if self.params.inputs == "test":  # the targets' accuracy needs the labels of X_g
+                metrics[f"mrtf/accuracy_targets{suffix}"] = self.logged_accuracy(target)
+            metrics[f"mrtf/accuracy_refined{suffix}"] = self.logged_accuracy(self.logits(arch, refined, self.test_x))
         return metrics
 
     def models_to_evaluate(self) -> dict[str, Weights]:
@@ -123,5 +131,5 @@ class MrTF(DistillationStrategy):
             self.aux = aux
 
     def logged_accuracy(self, scores: torch.Tensor) -> float:
-        """Accuracy of the argmax of ``scores`` (N, C) on X_g: the one place that reads the labels."""
+        """Accuracy of the argmax of ``scores`` (N, C) on the test set: the one place that reads its labels."""
         return float((scores.argmax(dim=1) == self.test_y).float().mean())

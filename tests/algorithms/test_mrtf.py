@@ -5,10 +5,11 @@ import numpy as np
 import pytest
 import torch
 
-from fedray.config import build_config
+from fedray.config import ConfigError, build_config
 from fedray.distill import aggregate_teachers
 from fedray.distill.ensemble import predict_features
 from fedray.distill.refinery import cluster_refine, local_share, rectified_target, stabilised_probs
+from fedray.experiment import resolve
 from fedray.messages import ClientSpec, ClientUpdate
 from fedray.models import create_model
 from fedray.weights import get_weights, weighted_mean
@@ -109,3 +110,21 @@ def test_refinement_moves_the_aggregate_towards_the_targets():
         return float(-(target * torch.log_softmax(s.logits("mlp", weights, x), dim=1)).sum(dim=1).mean())
 
     assert cross_entropy(s.models["mlp"]) < cross_entropy(average) - 0.01  # eq. 8 went down
+
+
+def test_refining_on_named_auxiliary_inputs_instead_of_the_test_inputs():
+    aux = RNG.normal(size=(40, 6)).astype(np.float32)
+    config = build_config({"federation": {"num_clients": 4, "clients_per_round": 3, "architectures": {"mlp": 4}},
+                           "aux": {"size": 40}, "algorithm": {"name": "mrtf", "inputs": "aux", "cluster": False,
+                                                               "distill": {"steps": 20, "lr": 1e-2, "batch_size": 16}}})
+    specs = [ClientSpec(i, "mlp", np.arange(10)) for i in range(4)]
+    s = make_strategy(config, specs, build, test_x=TEST_X, test_y=TEST_Y, aux_x=aux)
+    ups = updates(s)
+    previous = dict(s.models["mlp"])
+    average = weighted_mean([u.payload for u in ups], [1, 1, 1])
+    target, _ = s.targets(1, "mlp", [u.payload for u in ups], previous, average, 0.6)
+    assert target.shape == (40, 3)  # on the auxiliary inputs
+    metrics = s.aggregate(1, ups)
+    assert "mrtf/accuracy_targets" not in metrics and "mrtf/accuracy_refined" in metrics  # no labels for X_g
+    with pytest.raises(ConfigError, match="aux.size = 0"):
+        resolve(build_config({"algorithm": {"name": "mrtf", "inputs": "aux"}}))
