@@ -8,6 +8,7 @@ run is reproducible and a resumed run repeats an uninterrupted one exactly.
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from typing import Callable, Iterator, Optional
 
 import torch
@@ -15,7 +16,21 @@ import torch.nn.functional as F
 
 from fedray.config import TrainingConfig
 
-ExtraLoss = Callable[[torch.nn.Module], torch.Tensor]
+
+
+@dataclass
+class Step:
+    """What one local step computed on its batch, for a term added to the loss: the inputs, the
+    logits, and the features the logits were computed from (only where the term sets
+    ``needs_features``: the forward pass is then ``head(features(x))``, one pass as before)."""
+
+    x: torch.Tensor
+    logits: torch.Tensor
+    features: Optional[torch.Tensor] = None
+
+
+# a term added to the data loss each step: f(model, step) -> scalar (FedProx, SCAFFOLD, FedMMD)
+ExtraLoss = Callable[[torch.nn.Module, Step], torch.Tensor]
 
 
 def make_optimizer(model: torch.nn.Module, cfg: TrainingConfig, freeze_features: bool = False) -> torch.optim.Optimizer:
@@ -75,17 +90,23 @@ def local_train(
         x, y: the client's data.
         cfg: optimiser, learning rate, batch size, epochs or steps.
         generator: seeded CPU generator for the batch order.
-        extra_loss: a term added to the data loss each step (FedProx's proximal term).
+        extra_loss: a term added to the data loss each step (FedProx's proximal term); one with
+            ``needs_features`` set gets the batch's features too (the model must then have
+            ``features`` and ``head``, as every ``FedModel`` does).
         freeze_features: train the head only (``pretrain.freeze_features``).
     """
     train_mode(model, freeze_features)
     optimizer = make_optimizer(model, cfg, freeze_features)
     total, steps = 0.0, 0
+    with_features = getattr(extra_loss, "needs_features", False)
     for idx in batch_indices(len(x), cfg.batch_size, num_local_steps(len(x), cfg), generator):
         idx = idx.to(x.device)
         optimizer.zero_grad(set_to_none=True)
-        loss = F.cross_entropy(model(x[idx]), y[idx])
-        objective = loss if extra_loss is None else loss + extra_loss(model)
+        xb = x[idx]
+        features = model.features(xb) if with_features else None
+        logits = model.head(features) if with_features else model(xb)
+        loss = F.cross_entropy(logits, y[idx])
+        objective = loss if extra_loss is None else loss + extra_loss(model, Step(xb, logits, features))
         objective.backward()
         optimizer.step()
         total += float(loss.detach())

@@ -132,6 +132,7 @@ SPLITS = {"alpha 1": ["data.partition=dirichlet", "data.alpha=1.0"],
 MRTF = "algorithm={name: mrtf, distill: {optimizer: adam, lr: 0.0003, steps: 500, batch_size: 64}"
 METHODS = {"fedavg": ("FedAvg (PA)", ["algorithm={name: fedavg}"]),
            "fedprox": ("FedProx", ["algorithm={name: fedprox, mu: 0.01}"]),
+           "fedmmd": ("FedMMD", ["algorithm={name: fedmmd, lam: 0.1}"]),
            "scaffold": ("SCAFFOLD (local momentum 0)", ["algorithm={name: scaffold}", "training.momentum=0"]),
            "fedavgm": ("FedAvgM", ["algorithm={name: fedopt, optimizer: momentum, server_lr: 0.1, beta1: 0.9}"]),
            "fedadam": ("FedAdam", ["algorithm={name: fedopt, optimizer: adam, server_lr: 0.01}"]),

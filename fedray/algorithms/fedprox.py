@@ -18,7 +18,7 @@ from pydantic import Field
 from fedray.algorithms.base import ClientAlgorithm
 from fedray.algorithms.fedavg import FedAvg, FedAvgParams
 from fedray.messages import ClientTask
-from fedray.training import ExtraLoss
+from fedray.training import ExtraLoss, Step
 
 
 class FedProxParams(FedAvgParams):
@@ -32,7 +32,7 @@ class FedProxClient(ClientAlgorithm):
             return None
         anchor = [p.detach().clone() for p in model.parameters()]  # w^t, the broadcast model
 
-        def proximal(m: torch.nn.Module) -> torch.Tensor:
+        def proximal(m: torch.nn.Module, step: Step) -> torch.Tensor:
             return 0.5 * mu * sum(((p - a) ** 2).sum() for p, a in zip(m.parameters(), anchor))
 
         return proximal

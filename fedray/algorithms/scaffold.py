@@ -31,7 +31,7 @@ from fedray.algorithms.base import ClientAlgorithm, Params, ServerContext, Strat
 from fedray.algorithms.helpers import group_by_arch, mean_client_loss
 from fedray.config import Config
 from fedray.messages import ClientTask, ClientUpdate, RoundPlan
-from fedray.training import ExtraLoss, batch_indices
+from fedray.training import ExtraLoss, Step, batch_indices
 from fedray.weights import Weights, set_weights, weighted_mean
 
 
@@ -70,7 +70,7 @@ class ScaffoldClient(ClientAlgorithm):
         control, own = self._round[task.client_id]
         correction = {name: torch.from_numpy(control[name] - own[name]).to(self.device) for name in control}
 
-        def corrected(m: torch.nn.Module) -> torch.Tensor:
+        def corrected(m: torch.nn.Module, step: Step) -> torch.Tensor:
             return sum((p * correction[name]).sum() for name, p in m.named_parameters())
 
         return corrected

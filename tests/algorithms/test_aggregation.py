@@ -77,7 +77,7 @@ def test_fedprox_proximal_term_and_gradient():
     prox = client.extra_loss(model, None)
     with torch.no_grad():
         model.w.copy_(torch.tensor([3.0, 1.0]))
-    value = prox(model)
+    value = prox(model, None)
     assert value.item() == 0.5 * 0.5 * (4 + 4)  # mu/2 ||w - w_t||^2
     value.backward()
     assert torch.equal(model.w.grad, torch.tensor([1.0, 1.0]))  # mu (w - w_t)
