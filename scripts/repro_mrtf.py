@@ -12,9 +12,10 @@ aggregated models 39.4% and 79.9%.
 ``compare`` (Fig. 7's setting, scaled): K = 100, R = 10%, E = 3 (``configs/mrtf.yaml``: MLP, local SGD
 with momentum 0.9, batch 64), split by Dirichlet alpha 1 and 0.1 and by label with C-bar = 5 and 3
 (Fig. 7's four scenes), ``--rounds``
-rounds (default 20; the paper runs 200). Methods: FedAvg (= PA), FedProx (mu 0.01), SCAFFOLD (with
-plain local SGD, which its control variates assume), FedAvgM and FedAdam (FedOpt), and MrTF's ablation AL (FedDF's AvgLogit on the test inputs, as the
-paper runs FedDF in TFL), ST, ST+RD and MrTF. Writes ``docs/repro_mrtf.md`` and ``.json``; the paper
+rounds (default 20; the paper runs 200). Methods: FedAvg (= PA), FedProx (mu 0.01), FedMMD (lam 0.1),
+SCAFFOLD (with plain local SGD, which its control variates assume), FedAvgM and FedAdam (FedOpt),
+MrTF's ablation AL (FedDF's AvgLogit on the test inputs, as the paper runs FedDF in TFL), ST, ST+RD
+and MrTF, and MrTF with the authors' code's rules (``configs/mrtf_code.yaml``). Writes ``docs/repro_mrtf.md`` and ``.json``; the paper
 gives Fig. 7 and Fig. 11 as plots only, so the table states its ordering.
 
     python scripts/repro_mrtf.py --only demo
@@ -139,7 +140,13 @@ METHODS = {"fedavg": ("FedAvg (PA)", ["algorithm={name: fedavg}"]),
            "al": ("AL (FedDF)", [MRTF + ", teachers: avg_logit, rectify: false, cluster: false}"]),
            "st": ("ST", [MRTF + ", rectify: false, cluster: false}"]),
            "st_rd": ("ST+RD", [MRTF + ", cluster: false}"]),
-           "mrtf": ("MrTF (ST+RD+CLR)", [MRTF + "}"])}
+           "mrtf": ("MrTF (ST+RD+CLR)", [MRTF + "}"]),
+           # configs/mrtf_code.yaml's rules: the authors' code, where it differs from the paper
+           "mrtf_code": ("MrTF, the authors' code's rules", [
+               "algorithm={name: mrtf, tau: 1.0, std: batch, std_batch_size: 320, weights: code, ema: true, "
+               "cluster_tau: 8.0, cluster_after: 0, feed_back: false, distill: {optimizer: adam, lr: 0.001, "
+               "weight_decay: 0.000001, schedule: cosine, clip_norm: 100, steps: 500, batch_size: 64}}",
+               "training.batch_size=32", "training.weight_decay=0.00001"])}
 
 
 def specs(rounds: int, seeds: list[int]) -> list[dict]:
@@ -244,7 +251,7 @@ def main() -> None:
         saved = store.read() or {}
         earlier = saved.get("invocations", []) if (args.methods or args.splits or args.seeds != [0]) and saved.get("rounds") == rounds else []
         results = run_grid(run_compare, todo, store, args.jobs,
-                           cost=lambda s: 3.0 if s["method"] in ("st", "st_rd", "mrtf", "al") else 1.0,
+                           cost=lambda s: 3.0 if s["method"] in ("st", "st_rd", "mrtf", "mrtf_code", "al") else 1.0,
                            line=lambda r: f"{key(r)}: final {100 * r['history'][-1]['accuracy']:.1f}% "
                                           f"({r['wall_s']:.0f} s)")
         calls = earlier + [invocation(args, todo, results, key, start, methods=args.methods or [], splits=args.splits or [],

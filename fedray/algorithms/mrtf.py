@@ -17,6 +17,12 @@ other two off is AL (FedDF's target, eq. 3, on X_g); ``refine: false`` is PA (Fe
 evaluates the uploaded local models itself: it holds X_g and the clients send their weights, as in
 FedAvg. The authors' code refines a copy and keeps broadcasting the plain aggregate
 (``feed_back: false``); the paper broadcasts the refined model (the default).
+
+The authors' code's other rules are named options (``configs/mrtf_code.yaml`` sets them all):
+``std: batch`` with ``tau: 1`` (eq. 6 per batch, no tau), ``weights: code`` (its eq. 10),
+``ema: true`` (targets averaged across rounds), ``cluster_tau: 8`` with ``cluster_after: 0`` (its
+CLR), and its refinement optimiser (Adam lr 1e-3, weight decay 1e-6, cosine schedule, gradient
+norm clipped at 100).
 """
 
 from __future__ import annotations
@@ -32,7 +38,8 @@ from fedray.algorithms.helpers import group_by_arch, mean_client_loss, sample_we
 from fedray.config import Config
 from fedray.distill import DistillParams, aggregate_teachers
 from fedray.distill.ensemble import predict_features
-from fedray.distill.refinery import cluster_refine, local_share, rectified_target, stabilised_probs
+from fedray.distill.refinery import (batch_stabilised_probs, cluster_refine, code_global_share, code_rectified_target,
+                                     ema_targets, local_share, rectified_target, stabilised_probs)
 from fedray.distill.strategy import DistillationStrategy
 from fedray.messages import ClientUpdate
 from fedray.weights import Weights, weighted_mean
@@ -49,8 +56,15 @@ class MrTFParams(Params):
     teachers: Literal["stabilised", "avg_logit"] = "stabilised"  # ST (eq. 6-7) or AL (eq. 3)
     rectify: bool = True  # RD, eq. 10
     cluster: bool = True  # CLR, eq. 11-12
-    tau: float = Field(4.0, gt=0)  # eq. 6 and eq. 12
+    tau: float = Field(4.0, gt=0)  # eq. 6
+    cluster_tau: float = Field(4.0, gt=0)  # eq. 12
     cluster_after: int = Field(5, ge=0)  # CLR from round cluster_after + 1 on ("the first several rounds (e.g., 5)")
+    # the authors' code's rules (module docstring): eq. 6's std over the whole set or per batch of
+    # std_batch_size rows; eq. 10 as in the paper or as in the code; targets averaged across rounds
+    std: Literal["set", "batch"] = "set"
+    std_batch_size: int = Field(320, ge=2)  # the code's test-loader batch: 10 x the local batch of 32
+    weights: Literal["paper", "code"] = "paper"
+    ema: bool = False
     feed_back: bool = True  # broadcast the refined model (paper); False: the plain aggregate (authors' code)
     # the unlabelled set the server refines on: the test inputs (the paper's transductive setting), or
     # the ``aux:`` inputs (a named data set, ``aux.dataset``, or a part carved out of the training set)
@@ -61,7 +75,7 @@ class MrTFParams(Params):
 class MrTF(DistillationStrategy):
     name = "mrtf"
     Params = MrTFParams
-    state_attrs = ("models", "refined")
+    state_attrs = ("models", "refined", "losses", "previous_targets")
 
     @classmethod
     def config_problem(cls, config: Config) -> Optional[str]:
@@ -73,6 +87,8 @@ class MrTF(DistillationStrategy):
         super().__init__(params, ctx)
         self.inputs = self.test_x if params.inputs == "test" else self.aux  # X_g
         self.refined: dict[str, Weights] = dict(self.models)  # what the clients do not get with feed_back false
+        self.losses: list[float] = []  # each earlier round's mean local loss (the code's global share)
+        self.previous_targets: dict[str, torch.Tensor] = {}  # last round's targets (``ema``)
 
     def aggregate(self, round: int, updates: list[ClientUpdate]) -> dict[str, float]:
         metrics = mean_client_loss(updates)
@@ -84,6 +100,9 @@ class MrTF(DistillationStrategy):
                 continue
             target, info = self.targets(round, arch, [u.payload for u in group], previous, average,
                                         float(np.mean([u.metrics["loss"] for u in group])))
+            if self.params.ema:
+                target = self.previous_targets[arch] = ema_targets(target, self.previous_targets.get(arch),
+                                                                   code_global_share(self.losses, target.shape[-1]))
             refined, stats = self.distill_on_inputs(arch, average, target, round)
             self.refined[arch] = refined
             self.models[arch] = refined if self.params.feed_back else average
@@ -95,6 +114,7 @@ class MrTF(DistillationStrategy):
             if self.params.inputs == "test":  # the targets' accuracy needs the labels of X_g
                 metrics[f"mrtf/accuracy_targets{suffix}"] = self.logged_accuracy(target)
             metrics[f"mrtf/accuracy_refined{suffix}"] = self.logged_accuracy(self.logits(arch, refined, self.test_x))
+        self.losses.append(float(np.mean([u.metrics["loss"] for u in updates])))
         return metrics
 
     def models_to_evaluate(self) -> dict[str, Weights]:
@@ -108,18 +128,29 @@ class MrTF(DistillationStrategy):
         if p.teachers == "avg_logit":  # AL, eq. 3 with w_k = 1 / |S_t|
             target = aggregate_teachers(local_logits, "mean_logits")
         else:
-            local_probs = stabilised_probs(local_logits, p.tau)  # ST, eq. 6
+            local_probs = self.stabilised(local_logits)  # ST, eq. 6
             if p.rectify:  # RD, eq. 10
-                u = local_share(mean_loss, local_logits.shape[-1])
-                q_prev, q_new = (stabilised_probs(self.logits(arch, w, self.inputs), p.tau) for w in (previous, average))
-                target = rectified_target(local_probs, q_prev, q_new, u)
-                info["u"] = u
+                q_prev, q_new = (self.stabilised(self.logits(arch, w, self.inputs)) for w in (previous, average))
+                if p.weights == "code":
+                    g = code_global_share(self.losses, local_logits.shape[-1])
+                    target = code_rectified_target(local_probs, q_prev, q_new, g)
+                    info["u"] = 1.0 - g
+                else:
+                    u = local_share(mean_loss, local_logits.shape[-1])
+                    target = rectified_target(local_probs, q_prev, q_new, u)
+                    info["u"] = u
             else:  # eq. 7 with w_k = 1 / |S_t|
                 target = local_probs.mean(dim=0)
         if p.cluster and round > p.cluster_after:  # CLR, eq. 11-12, in the new aggregate's feature space
             features = predict_features(self.work_model(arch, average), self.inputs)
-            target = cluster_refine(features, target, p.tau)
+            target = cluster_refine(features, target, p.cluster_tau)
         return target, info
+
+    def stabilised(self, logits: torch.Tensor) -> torch.Tensor:
+        """Eq. 6, with the std over all of X_g (paper) or per batch (``std: batch``, the code)."""
+        if self.params.std == "batch":
+            return batch_stabilised_probs(logits, self.params.std_batch_size, self.params.tau)
+        return stabilised_probs(logits, self.params.tau)
 
     def distill_on_inputs(self, arch: str, weights: Weights, target: torch.Tensor,
                           round: int) -> tuple[Weights, dict[str, float]]:

@@ -33,6 +33,8 @@ class DistillParams(BaseModel):
     epochs: int = Field(1, ge=1)
     steps: Optional[int] = Field(None, ge=0)
     temperature: float = Field(1.0, gt=0)
+    schedule: Literal["constant", "cosine"] = "constant"  # cosine: the lr annealed to 0 over the steps
+    clip_norm: Optional[float] = Field(None, gt=0)  # the gradient's norm clipped to this before each step
 
 
 def distill(model: torch.nn.Module, x: torch.Tensor, target: torch.Tensor, params: DistillParams,
@@ -47,14 +49,19 @@ def distill(model: torch.nn.Module, x: torch.Tensor, target: torch.Tensor, param
     train_mode(model, freeze_features)
     optimizer = make_optimizer(model, params, freeze_features)  # the local-training helpers read the same fields
     t = params.temperature
-    total, steps = 0.0, 0
-    for idx in batch_indices(len(x), params.batch_size, num_local_steps(len(x), params), generator):
+    total, steps, count = 0.0, 0, num_local_steps(len(x), params)
+    schedule = torch.optim.lr_scheduler.CosineAnnealingLR(optimizer, max(count, 1)) if params.schedule == "cosine" else None
+    for idx in batch_indices(len(x), params.batch_size, count, generator):
         idx = idx.to(x.device)
         optimizer.zero_grad(set_to_none=True)
         log_student = F.log_softmax(model(x[idx]) / t, dim=1)
         loss = F.kl_div(log_student, target[idx], reduction="batchmean") * t * t
         loss.backward()
+        if params.clip_norm is not None:
+            torch.nn.utils.clip_grad_norm_(model.parameters(), params.clip_norm)
         optimizer.step()
+        if schedule is not None:
+            schedule.step()
         total += float(loss.detach())
         steps += 1
     return {"loss": total / max(steps, 1), "steps": float(steps)}

@@ -8,7 +8,10 @@ Learning", section 4), as functions of logits, probabilities and features on the
 - Clustered label refinery, eq. 11-12: class prototypes in the new global model's feature space,
   and targets softmax_c(-tau (1 - cos(h(x), v_c))).
 
-The authors' code differs in places (mrtf_fedgen digest A.3-A.5); the paper is what is here.
+The authors' code (lxcnju/MrTF) differs in places (mrtf_fedgen digest A.3-A.5); the paper is the
+default, and the code's rules are here as named alternatives: :func:`batch_stabilised_probs`
+(eq. 6 per batch, without tau), :func:`code_global_share` and :func:`code_rectified_target` (its
+eq. 10), :func:`ema_targets` (its targets averaged across rounds). Its CLR is eq. 12 with tau 8.
 """
 
 from __future__ import annotations
@@ -26,6 +29,18 @@ def stabilised_probs(logits: torch.Tensor, tau: float = 4.0) -> torch.Tensor:
     flat = logits.flatten(start_dim=-2)
     std = flat.std(dim=-1, correction=0).clamp_min(1e-12)[..., None, None]
     return torch.softmax(tau * logits / std, dim=-1)
+
+
+def batch_stabilised_probs(logits: torch.Tensor, batch_size: int, tau: float = 1.0) -> torch.Tensor:
+    """Eq. 6 as the authors' code computes it: the std taken per batch of ``batch_size`` rows of
+    the set (its test loader's batches, 10x the local batch size), unbiased, plus 1e-8; the code
+    has no tau (tau = 1). Logits (..., N, C)."""
+    out = torch.empty_like(logits)
+    for start in range(0, logits.shape[-2], batch_size):
+        chunk = logits[..., start:start + batch_size, :]
+        std = chunk.flatten(start_dim=-2).std(dim=-1, correction=1)[..., None, None] + 1e-8
+        out[..., start:start + batch_size, :] = torch.softmax(tau * chunk / std, dim=-1)
+    return out
 
 
 def entropy(probs: torch.Tensor) -> torch.Tensor:
@@ -58,6 +73,38 @@ def rectified_target(local_probs: torch.Tensor, previous: torch.Tensor, new: tor
     """
     w = entropy_weights(local_probs) if weights is None else weights
     return u * (w.unsqueeze(-1) * local_probs).sum(dim=0) + (1 - u) / 2 * (previous + new)
+
+
+def code_global_share(recent_losses: list[float], num_classes: int) -> float:
+    """The authors' code's weight of the two global models: 0.75 (1 - L / log C), L the mean local
+    loss of the last five *earlier* rounds clipped to [0, log C] (log C before any), so 0 in round
+    one. Eq. 10's 1 - u_t is 0.75 (1 - L_t / log C) with this round's L_t."""
+    log_c = math.log(num_classes)
+    loss = sum(recent_losses[-5:]) / len(recent_losses[-5:]) if recent_losses else log_c
+    return 0.75 * (1.0 - min(max(loss, 0.0), log_c) / log_c)
+
+
+def code_rectified_target(local_probs: torch.Tensor, previous: torch.Tensor, new: torch.Tensor,
+                          global_share: float) -> torch.Tensor:
+    """Eq. 10 as the authors' code computes it: every model, the two global ones included, gets a
+    per-sample weight softmax_m(-e_m(x) / C) over all K + 2 models, times a fixed share,
+    (1 - g) / K for a local model and g / 2 for a global one; the sum is renormalised per sample.
+    ``local_probs`` (K, N, C), ``previous`` and ``new`` (N, C), ``global_share`` g."""
+    k, num_classes = local_probs.shape[0], local_probs.shape[-1]
+    probs = torch.cat([local_probs, previous[None], new[None]])
+    weights = torch.softmax(-entropy(probs) / num_classes, dim=0)  # (K + 2, N)
+    share = torch.tensor([(1.0 - global_share) / k] * k + [global_share / 2] * 2, dtype=probs.dtype)
+    target = ((share[:, None] * weights)[..., None] * probs).sum(dim=0)
+    return target / target.sum(dim=1, keepdim=True)
+
+
+def ema_targets(target: torch.Tensor, previous: torch.Tensor | None, w: float) -> torch.Tensor:
+    """The authors' code's targets averaged across rounds: (1 - w) q + w P_prev (the first round's
+    q as is), renormalised per sample; w is :func:`code_global_share`."""
+    if previous is None:
+        return target
+    mixed = (1.0 - w) * target + w * previous
+    return mixed / mixed.sum(dim=1, keepdim=True)
 
 
 def cluster_refine(features: torch.Tensor, target: torch.Tensor, tau: float = 4.0) -> torch.Tensor:

@@ -8,7 +8,8 @@ import torch
 from fedray.config import ConfigError, build_config
 from fedray.distill import aggregate_teachers
 from fedray.distill.ensemble import predict_features
-from fedray.distill.refinery import cluster_refine, local_share, rectified_target, stabilised_probs
+from fedray.distill.refinery import (batch_stabilised_probs, cluster_refine, code_global_share, code_rectified_target,
+                                     local_share, rectified_target, stabilised_probs)
 from fedray.experiment import resolve
 from fedray.messages import ClientSpec, ClientUpdate
 from fedray.models import create_model
@@ -128,3 +129,28 @@ def test_refining_on_named_auxiliary_inputs_instead_of_the_test_inputs():
     assert "mrtf/accuracy_targets" not in metrics and "mrtf/accuracy_refined" in metrics  # no labels for X_g
     with pytest.raises(ConfigError, match="aux.size = 0"):
         resolve(build_config({"algorithm": {"name": "mrtf", "inputs": "aux"}}))
+
+
+def test_the_authors_code_rules_as_options():
+    """std per batch, the code's eq. 10 from earlier rounds' losses, CLR at cluster_tau, EMA targets."""
+    s = mrtf(tau=1.0, std="batch", std_batch_size=16, weights="code", ema=True, cluster_tau=8.0, cluster_after=0)
+    x = torch.from_numpy(TEST_X)
+    seen = []
+    for rnd, losses in ((1, (0.9, 0.6, 0.3)), (2, (0.6, 0.3, 0.3))):
+        ups = updates(s, seed=rnd, losses=losses)
+        previous = dict(s.models["mlp"])
+        average = weighted_mean([u.payload for u in ups], [1, 1, 1])
+        logits = torch.stack([s.logits("mlp", u.payload, x) for u in ups])
+        q_prev, q_new = (batch_stabilised_probs(s.logits("mlp", w, x), 16) for w in (previous, average))
+        g = code_global_share(seen, 3)  # round 1: 0; round 2: from round 1's mean loss 0.6
+        rd = code_rectified_target(batch_stabilised_probs(logits, 16), q_prev, q_new, g)
+        expected = cluster_refine(predict_features(s.work_model("mlp", average), x), rd, 8.0)
+        target, info = s.targets(rnd, "mlp", [u.payload for u in ups], previous, average, float(np.mean(losses)))
+        torch.testing.assert_close(target, expected)
+        assert info["u"] == pytest.approx(1 - g)
+        before = s.previous_targets.get("mlp")
+        s.aggregate(rnd, ups)
+        mixed = expected if before is None else (1 - g) * expected + g * before
+        torch.testing.assert_close(s.previous_targets["mlp"], mixed / mixed.sum(dim=1, keepdim=True))
+        seen.append(float(np.mean(losses)))
+    assert s.losses == pytest.approx(seen) and code_global_share(seen[:1], 3) > 0

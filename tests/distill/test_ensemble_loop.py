@@ -62,6 +62,39 @@ def test_zero_steps_leave_the_student_unchanged():
     assert all(torch.equal(a, b) for a, b in zip(before, model.parameters()))
 
 
+def test_cosine_schedule_and_clipping_by_hand():
+    """Two SGD steps (lr 1) on one fixed batch: cosine gives lr 1 then (1 + cos(pi / 2)) / 2 = 0.5;
+    clip_norm caps each step's gradient norm."""
+    import torch.nn.functional as F
+
+    x, target = torch.randn(4, 3), torch.softmax(torch.randn(4, 2), dim=1)
+
+    def student():
+        torch.manual_seed(0)
+        return torch.nn.Linear(3, 2)
+
+    def by_hand(lrs, clip=None):
+        model = student()
+        for lr in lrs:
+            model.zero_grad()
+            F.kl_div(F.log_softmax(model(x), dim=1), target, reduction="batchmean").backward()
+            grads = [p.grad for p in model.parameters()]
+            norm = torch.sqrt(sum((g ** 2).sum() for g in grads))
+            scale = min(1.0, clip / (norm + 1e-6)) if clip else 1.0
+            with torch.no_grad():
+                for p, g in zip(model.parameters(), grads):
+                    p -= lr * scale * g
+        return model
+
+    for params, lrs, clip in [(DistillParams(optimizer="sgd", lr=1.0, steps=2, batch_size=4, schedule="cosine"), [1.0, 0.5], None),
+                              (DistillParams(optimizer="sgd", lr=1.0, steps=2, batch_size=4, clip_norm=0.01), [1.0, 1.0], 0.01)]:
+        model = student()
+        distill(model, x, target, params, torch.Generator().manual_seed(0))
+        for a, b in zip(model.parameters(), by_hand(lrs, clip).parameters()):
+            torch.testing.assert_close(a, b)
+        assert any(not torch.allclose(a, b) for a, b in zip(model.parameters(), by_hand([1.0, 1.0]).parameters()))
+
+
 def test_a_student_distilled_from_a_fixed_ensemble_reaches_the_ensembles_accuracy():
     """Three logistic-regression teachers, each trained on 3-4 digit classes only (non-iid), are a
     good ensemble; a fresh MLP that sees only unlabelled digits and their soft labels must match it."""

@@ -5,8 +5,8 @@ import math
 import pytest
 import torch
 
-from fedray.distill.refinery import (cluster_refine, entropy_weights, local_share, rectified_target,
-                                     stabilised_probs)
+from fedray.distill.refinery import (batch_stabilised_probs, cluster_refine, code_global_share, code_rectified_target,
+                                     ema_targets, entropy_weights, local_share, rectified_target, stabilised_probs)
 
 
 def test_stabilised_probs_use_one_population_std_per_model_and_ignore_magnitude():
@@ -54,3 +54,42 @@ def test_cluster_refine_prototypes_and_cosine_assignment():
     torch.testing.assert_close(refined[0], torch.tensor([p, 1 - p, 0.0]))
     torch.testing.assert_close(refined[1], torch.tensor([1 - p, p, 0.0]))
     torch.testing.assert_close(refined[2], torch.tensor([0.5, 0.5, 0.0]))  # equidistant
+
+
+# -- the authors' code's rules (digest A.3-A.5) ---------------------------------------------------
+def test_batch_stabilised_probs_take_an_unbiased_std_per_batch_and_no_tau():
+    f = torch.tensor([[1.0, -1.0], [3.0, -3.0], [2.0, 0.0], [0.0, 2.0]])
+    q = batch_stabilised_probs(f, batch_size=2)
+    # batch 1: values 1, -1, 3, -3: unbiased std sqrt(20 / 3); batch 2: 2, 0, 0, 2: sqrt(4 / 3)
+    s1, s2 = math.sqrt(20 / 3) + 1e-8, math.sqrt(4 / 3) + 1e-8
+    expected = torch.softmax(torch.cat([f[:2] / s1, f[2:] / s2]), dim=1)
+    torch.testing.assert_close(q, expected)
+    assert not torch.allclose(q, stabilised_probs(f, tau=1.0))  # one std over the set differs
+    # the whole set in one batch is eq. 6 with tau 1 up to the std's correction
+    torch.testing.assert_close(batch_stabilised_probs(f[:2], 8, tau=4.0),
+                               torch.softmax(4.0 * f[:2] / s1, dim=1))
+
+
+@pytest.mark.parametrize("losses,share", [([], 0.0), ([math.log(4)], 0.0), ([0.0], 0.75),
+                                          ([9.0, 9.0, 0.5, 0.5, 0.5, 0.5, 0.5], 0.75 * (1 - 0.5 / math.log(4))),
+                                          ([-1.0], 0.75), ([7.0], 0.0)])
+def test_code_global_share_from_the_last_five_rounds(losses, share):
+    assert code_global_share(losses, 4) == pytest.approx(share)
+
+
+def test_code_rectified_target_by_hand():
+    local = torch.tensor([[[1.0, 0.0]], [[0.5, 0.5]]])  # two local models, one sample
+    previous, new = torch.tensor([[0.5, 0.5]]), torch.tensor([[0.0, 1.0]])
+    # entropies / C: 0, log2 / 2, log2 / 2, 0 -> weights proportional to 1, r, r, 1, r = 2^-1/2
+    r = 2 ** -0.5
+    w = torch.tensor([1.0, r, r, 1.0]) / (2 + 2 * r)
+    share = torch.tensor([0.4 / 2, 0.4 / 2, 0.6 / 2, 0.6 / 2])  # g = 0.6
+    probs = torch.tensor([[1.0, 0.0], [0.5, 0.5], [0.5, 0.5], [0.0, 1.0]])
+    raw = ((share * w)[:, None] * probs).sum(dim=0)
+    torch.testing.assert_close(code_rectified_target(local, previous, new, 0.6), (raw / raw.sum())[None])
+
+
+def test_ema_targets():
+    q, prev = torch.tensor([[1.0, 0.0]]), torch.tensor([[0.0, 1.0]])
+    assert ema_targets(q, None, 0.5) is q
+    torch.testing.assert_close(ema_targets(q, prev, 0.25), torch.tensor([[0.75, 0.25]]))
