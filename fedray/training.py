@@ -21,12 +21,14 @@ from fedray.config import TrainingConfig
 @dataclass
 class Step:
     """What one local step computed on its batch, for a term added to the loss: the inputs, the
-    logits, and the features the logits were computed from (only where the term sets
-    ``needs_features``: the forward pass is then ``head(features(x))``, one pass as before)."""
+    logits, the features the logits were computed from (only where the term sets
+    ``needs_features``: the forward pass is then ``head(features(x))``, one pass as before), and
+    the labels."""
 
     x: torch.Tensor
     logits: torch.Tensor
     features: Optional[torch.Tensor] = None
+    y: Optional[torch.Tensor] = None
 
 
 # a term added to the data loss each step: f(model, step) -> scalar (FedProx, SCAFFOLD, FedMMD)
@@ -105,8 +107,9 @@ def local_train(
         xb = x[idx]
         features = model.features(xb) if with_features else None
         logits = model.head(features) if with_features else model(xb)
-        loss = F.cross_entropy(logits, y[idx])
-        objective = loss if extra_loss is None else loss + extra_loss(model, Step(xb, logits, features))
+        yb = y[idx]
+        loss = F.cross_entropy(logits, yb)
+        objective = loss if extra_loss is None else loss + extra_loss(model, Step(xb, logits, features, yb))
         objective.backward()
         optimizer.step()
         total += float(loss.detach())

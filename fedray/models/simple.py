@@ -101,16 +101,17 @@ class LeNet5(FedModel):
 
     431,080 parameters on (1, 28, 28) with 10 classes. The convolutions are
     unpadded as in Caffe; for inputs smaller than 16x16 they use padding 2, so
-    that images (C, H, W) down to 4x4 work. The features are the 500 fc activations.
+    that images (C, H, W) down to 4x4 work. The features are the 500 fc activations (``hidden``).
     """
 
     name = "lenet5"
     min_side = 4
 
-    def __init__(self, input_shape: tuple[int, ...], num_classes: int):
+    def __init__(self, input_shape: tuple[int, ...], num_classes: int, hidden: int = 500):
         super().__init__(input_shape, num_classes)
+        _positive_ints(self.name, "hidden", (hidden,))
         pad = 0 if min(self.input_shape[1:]) >= 16 else 2
-        self.set_body(_two_conv_body(self.input_shape, (20, 50), 500, pad, conv_relu=False), 500)
+        self.set_body(_two_conv_body(self.input_shape, (20, 50), hidden, pad, conv_relu=False), hidden)
 
 
 class FedAvgCNN(FedModel):
@@ -118,15 +119,17 @@ class FedAvgCNN(FedModel):
 
     1,663,370 parameters on (1, 28, 28) with 10 classes. Takes images (C, H, W)
     with H, W >= 4; the flatten size is ``64 * (H // 4) * (W // 4)``. The features
-    are the 512 fc activations.
+    are the 512 fc activations (``hidden``: another width, e.g. a latent size shared with other
+    architectures for FedGen).
     """
 
     name = "cnn"
     min_side = 4
 
-    def __init__(self, input_shape: tuple[int, ...], num_classes: int):
+    def __init__(self, input_shape: tuple[int, ...], num_classes: int, hidden: int = 512):
         super().__init__(input_shape, num_classes)
-        self.set_body(_two_conv_body(self.input_shape, (32, 64), 512, pad=2, conv_relu=True), 512)
+        _positive_ints(self.name, "hidden", (hidden,))
+        self.set_body(_two_conv_body(self.input_shape, (32, 64), hidden, pad=2, conv_relu=True), hidden)
 
 
 class VGG11s(FedModel):

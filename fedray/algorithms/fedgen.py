@@ -1,0 +1,196 @@
+"""FedGen: Zhu, Hong, Zhou, "Data-Free Knowledge Distillation for Heterogeneous Federated
+Learning", ICML 2021, Algorithm 1 (signs restored as in the mrtf_fedgen digest, B.4).
+
+    server broadcasts theta, the generator w and the label prior p^(y) to the active users A
+    for k in A:  theta_k <- theta; T local steps on eq. 5:
+        CE(h(f(x; theta_k^f); theta_k^p), y) + alpha CE(h(z^; theta_k^p), y^),  y^ ~ p^(y), z^ ~ G_w(.|y^)
+        (the generated latent points go through the head only; G is fixed), counting the labels seen
+    theta <- 1/|A| sum_k theta_k;  p^(y) <- the users' label counts, normalised
+    w <- w - lr grad_w J(w)  (eq. 4: the users' heads label G_w(eps, y) as y; fedray.distill.generator)
+
+Every architecture's features must have one size d (the generator's output): that is what lets
+users with different feature extractors share one generator (e.g. ``cnn`` with ``hidden: 32`` and
+``mlp`` with ``hidden: [200, 32]``). Averaging happens within an architecture, as FedAvg's does.
+
+The paper's behaviour is the default; the authors' code's (digest B.2-B.3) is named options:
+``noise: uniform``, ``labels: available``, ``teacher: counts``, ``alpha: 10`` with
+``alpha_decay: 0.98``, its third term ``beta: 10`` (KL from the head's prediction on G(y) to the
+model's on the real x of label y), ``start_round: 2`` (its first round is FedAvg), ``weighted:
+true``. The generator's optimiser, which the paper leaves out, is the code's: Adam, lr 3e-4,
+weight decay 1e-2, decayed by 0.98 a round, 50 steps of 32 samples.
+"""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass, replace
+from typing import Any, Literal, Optional
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from pydantic import Field
+
+from fedray.algorithms.base import ClientAlgorithm, ServerContext, Trained, VirtualClient, task_seed
+from fedray.algorithms.fedavg import FedAvg, FedAvgParams
+from fedray.config import ConfigError
+from fedray.distill.generator import Generator, draw_labels, draw_noise, train_generator
+from fedray.messages import ClientTask, ClientUpdate, RoundPlan
+from fedray.training import ExtraLoss, Step, batch_indices, num_local_steps
+from fedray.weights import Weights, get_weights, set_weights
+
+HEAD = ("classifier.weight", "classifier.bias")  # theta^p: the last, linear layer of every FedModel
+
+
+class FedGenParams(FedAvgParams):
+    alpha: float = Field(1.0, ge=0)  # eq. 5's weight of the generated samples' loss (0: FedAvg)
+    alpha_decay: float = Field(1.0, gt=0, le=1)  # alpha_t = max(1e-4, alpha decay^(t-1)) when below 1 (code: 0.98)
+    beta: float = Field(0.0, ge=0)  # the code's third term (code: 10)
+    beta_decay: float = Field(1.0, gt=0, le=1)
+    start_round: int = Field(1, ge=1)  # the first round whose users are regularised (code: 2)
+    noise: Literal["gaussian", "uniform"] = "gaussian"
+    labels: Literal["prior", "available"] = "prior"
+    teacher: Literal["mean_logits", "counts"] = "mean_logits"
+    noise_dim: int = Field(32, ge=1)  # d_eps
+    hidden_dim: int = Field(256, ge=1)  # d_h
+    diversity: float = Field(1.0, ge=0)  # eta, the diversity loss's weight
+    gen_steps: int = Field(50, ge=0)
+    gen_batch_size: int = Field(32, ge=2)
+    gen_lr: float = Field(3e-4, gt=0)
+    gen_weight_decay: float = Field(1e-2, ge=0)
+    gen_lr_decay: float = Field(0.98, gt=0, le=1)
+
+
+@dataclass
+class FedGenUpload:
+    """theta_k and c_k, the labels of the samples its local steps drew."""
+
+    weights: Weights
+    label_counts: np.ndarray
+
+
+def decayed(weight: float, decay: float, round: int) -> float:
+    """weight decay^(t-1), floored at 1e-4 as the code does, when there is a decay."""
+    return weight if decay == 1.0 or weight == 0 else max(1e-4, weight * decay ** (round - 1))
+
+
+def seen_labels(y: torch.Tensor, num_classes: int, batch_size: int, steps: int, seed: int) -> np.ndarray:
+    """c_k: the labels of the batches ``local_train`` draws with ``seed`` (the same order, replayed)."""
+    counts = torch.zeros(num_classes, dtype=torch.int64)
+    for idx in batch_indices(len(y), batch_size, steps, torch.Generator().manual_seed(seed)):
+        counts += torch.bincount(y[idx.to(y.device)].cpu(), minlength=num_classes)
+    return counts.numpy()
+
+
+class FedGenClient(ClientAlgorithm):
+    def __init__(self, *args: Any, **kwargs: Any):
+        super().__init__(*args, **kwargs)
+        self._gen: Optional[Generator] = None
+        self._round: dict[int, tuple[Weights, np.ndarray]] = {}  # client -> (w, p^(y)) of the running task
+
+    def receive(self, task: ClientTask, downloads: tuple[Any, ...], client: VirtualClient) -> Weights:
+        theta, gen = downloads
+        self._round[task.client_id] = (gen["weights"], gen["prior"])
+        return theta
+
+    def generator(self, arch: str, weights: Weights) -> Generator:
+        """G_w on this host, fixed (eval mode: BatchNorm at the server's running statistics)."""
+        if self._gen is None:
+            model = self.model(arch)
+            self._gen = Generator(model.num_classes, model.feature_dim, self.params.noise_dim,
+                                  self.params.hidden_dim).to(self.device)
+        set_weights(self._gen, weights)
+        return self._gen.eval().requires_grad_(False)
+
+    def extra_loss(self, model: torch.nn.Module, task: ClientTask) -> Optional[ExtraLoss]:
+        p = self.params
+        weights, prior = self._round[task.client_id]
+        alpha, beta = (decayed(p.alpha, p.alpha_decay, task.round), decayed(p.beta, p.beta_decay, task.round))
+        if task.round < p.start_round or (alpha == 0 and beta == 0):
+            return None
+        gen = self.generator(task.arch, weights)
+        prior = torch.from_numpy(prior).double()
+        rng = torch.Generator().manual_seed(task.seed + 1)  # its own stream: batch order and dropout as FedAvg's
+
+        def regulariser(m: torch.nn.Module, step: Step) -> torch.Tensor:
+            n = step.x.shape[0]  # B_G = B
+            y_hat = draw_labels(n, prior, p.labels, rng).to(self.device)
+            with torch.no_grad():
+                z_hat = gen(draw_noise(n, p.noise_dim, p.noise, rng).to(self.device), y_hat)
+            term = alpha * F.cross_entropy(m.head(z_hat), y_hat)  # eq. 5
+            if beta > 0:  # the code: KL(softmax(h(G(y))) || p(.|x)) on the real batch's labels
+                with torch.no_grad():
+                    z_real = gen(draw_noise(n, p.noise_dim, p.noise, rng).to(self.device), step.y)
+                    target = torch.softmax(m.head(z_real), dim=1)
+                term = term + beta * F.kl_div(F.log_softmax(step.logits, dim=1), target, reduction="batchmean")
+            return term
+
+        return regulariser
+
+    def upload(self, task: ClientTask, theta: Weights, local: Trained, client: VirtualClient) -> FedGenUpload:
+        self._round.pop(task.client_id)
+        model, cfg = self.model(task.arch), self.config.training
+        counts = seen_labels(client.y, model.num_classes, cfg.batch_size, num_local_steps(len(client.x), cfg), task.seed)
+        return FedGenUpload(local.weights, counts)
+
+
+class FedGen(FedAvg):
+    name = "fedgen"
+    Params = FedGenParams
+    Client = FedGenClient
+    state_attrs = ("models", "prior", "generator", "gen_optimizer")
+
+    def __init__(self, params: FedGenParams, ctx: ServerContext):
+        super().__init__(params, ctx)
+        models = {arch: ctx.build_model(arch) for arch in ctx.architectures}
+        sizes = {arch: getattr(m, "feature_dim", None) for arch, m in models.items()}
+        if None in sizes.values() or len(set(sizes.values())) > 1:
+            raise ConfigError(f"fedgen needs one feature size across architectures (the generator's output), got {sizes}; "
+                              "set federation.model_options, e.g. cnn: {hidden: 32} and mlp: {hidden: [200, 32]}")
+        model = next(iter(models.values()))
+        self.num_classes, self.latent_dim = model.num_classes, model.feature_dim
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(self.config.seed)
+            self._gen = Generator(self.num_classes, self.latent_dim, params.noise_dim, params.hidden_dim).to(ctx.device)
+        self._opt = torch.optim.Adam(self._gen.parameters(), lr=params.gen_lr, weight_decay=params.gen_weight_decay)
+        self.prior = np.full(self.num_classes, 1.0 / self.num_classes)  # p^(y), uniform before any counts
+
+    # generator weights and its optimiser's moments live in the module and optimiser; a checkpoint copies them
+    @property
+    def generator(self) -> Weights:
+        return get_weights(self._gen)
+
+    @generator.setter
+    def generator(self, weights: Weights) -> None:
+        set_weights(self._gen, weights)
+
+    @property
+    def gen_optimizer(self) -> dict[str, Any]:
+        return copy.deepcopy(self._opt.state_dict())
+
+    @gen_optimizer.setter
+    def gen_optimizer(self, state: dict[str, Any]) -> None:
+        self._opt.load_state_dict(state)
+
+    def configure_round(self, round: int) -> RoundPlan:
+        plan = super().configure_round(round)
+        tasks = [replace(t, payload_keys=t.payload_keys + ("generator",)) for t in plan.tasks]
+        broadcast = {**plan.broadcast, "generator": {"weights": self.generator, "prior": self.prior}}
+        return RoundPlan(tasks=tasks, broadcast=broadcast)
+
+    def aggregate(self, round: int, updates: list[ClientUpdate]) -> dict[str, float]:
+        p = self.params
+        counts = torch.from_numpy(np.stack([u.payload.label_counts for u in updates]).astype(np.float64))
+        self.prior = (counts.sum(dim=0) / counts.sum()).numpy()  # p^(y) from the users' counts
+        device = self.ctx.device
+        weight = torch.stack([torch.from_numpy(u.payload.weights[HEAD[0]]) for u in updates]).to(device)
+        bias = torch.stack([torch.from_numpy(u.payload.weights[HEAD[1]]) for u in updates]).to(device)
+        for group in self._opt.param_groups:
+            group["lr"] = p.gen_lr * p.gen_lr_decay ** (round - 1)
+        rng = torch.Generator().manual_seed(task_seed(self.config.seed, round, 2**31 - 1))  # the server's own stream
+        stats = train_generator(self._gen, self._opt, weight, bias, counts.to(device=device, dtype=torch.float32),
+                                p.gen_steps, p.gen_batch_size, rng, noise=p.noise, labels=p.labels,
+                                teacher=p.teacher, diversity=p.diversity) if p.gen_steps else {}
+        metrics = super().aggregate(round, [replace(u, payload=u.payload.weights) for u in updates])
+        metrics.update({f"fedgen/{k}": v for k, v in stats.items()})
+        return metrics

@@ -1,0 +1,177 @@
+"""FedGen (Zhu et al. 2021): the generator's losses on hand-computed tensors, a generator that
+learns to speak the heads' language, the client's eq. 5 steps, and FedAvg at alpha 0."""
+
+import math
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+
+from fedray.algorithms.base import VirtualClient
+from fedray.algorithms.fedgen import FedGenUpload, seen_labels
+from fedray.clients import LocalExecutor
+from fedray.config import ConfigError, build_config
+from fedray.distill.generator import (Generator, diversity_loss, draw_labels, draw_noise, head_logits, teacher_loss,
+                                      train_generator)
+from fedray.experiment import resolve
+from fedray.federation import Federation
+from fedray.messages import ClientSpec, ClientTask, ClientUpdate
+from fedray.models import create_model
+from fedray.training import batch_indices
+from fedray.weights import get_weights, set_weights
+from tests.support import make_strategy
+from tests.test_federation import digits
+
+
+def test_diversity_loss_by_hand():
+    eps = torch.tensor([[0.0, 0.0], [1.0, 1.0]])
+    z = torch.tensor([[0.0], [2.0]])
+    # pairs (i, j): noise mean squared distance 1 and latent mean absolute distance 2 off the diagonal
+    assert diversity_loss(eps, z).item() == pytest.approx(math.exp(-(0 + 2 + 2 + 0) / 4))
+
+
+def test_teacher_losses_by_hand():
+    logits = torch.tensor([[[2.0, 0.0]], [[0.0, 0.0]]])  # two users, one sample of label 0
+    y = torch.tensor([0])
+    # eq. 4: CE of the mean logits [1, 0]
+    assert teacher_loss(logits, y, torch.ones(2, 2), "mean_logits").item() == pytest.approx(math.log(1 + math.exp(-1)))
+    # the code: user 1 holds 3 of label 0's 4 samples
+    counts = torch.tensor([[3.0, 0.0], [1.0, 5.0]])
+    expected = 0.75 * math.log(1 + math.exp(-2)) + 0.25 * math.log(2)
+    assert teacher_loss(logits, y, counts, "counts").item() == pytest.approx(expected)
+
+
+def test_label_and_noise_draws():
+    rng = torch.Generator().manual_seed(0)
+    prior = torch.tensor([0.0, 0.9, 0.1], dtype=torch.float64)
+    y = draw_labels(4000, prior, "prior", rng)
+    assert (y == 0).sum() == 0 and abs(float((y == 1).float().mean()) - 0.9) < 0.02
+    y = draw_labels(4000, prior, "available", rng)  # uniform over the labels someone holds
+    assert (y == 0).sum() == 0 and abs(float((y == 1).float().mean()) - 0.5) < 0.03
+    u = draw_noise(1000, 4, "uniform", rng)
+    assert u.min() >= 0 and u.max() < 1
+    assert abs(float(draw_noise(4000, 4, "gaussian", rng).std()) - 1) < 0.03
+
+
+@pytest.mark.parametrize("teacher", ["mean_logits", "counts"])
+def test_generator_learns_to_produce_what_the_heads_call_its_label(teacher):
+    """Three fixed random heads (10 classes, d = 16): after training, the heads' mean logits label
+    the generator's samples as their conditioning label far above chance (0.1)."""
+    torch.manual_seed(0)
+    weight, bias = torch.randn(3, 10, 16), torch.randn(3, 10)
+    counts = torch.ones(3, 10)
+    gen = Generator(10, 16, noise_dim=8, hidden_dim=64)
+    opt = torch.optim.Adam(gen.parameters(), lr=1e-2)
+    rng = torch.Generator().manual_seed(1)
+    before = train_generator(gen, opt, weight, bias, counts, 1, 64, rng, teacher=teacher)
+    after = train_generator(gen, opt, weight, bias, counts, 300, 64, rng, teacher=teacher)
+    assert before["accuracy"] < 0.4 and after["teacher_loss"] < before["teacher_loss"]
+    gen.eval()
+    y = torch.arange(10).repeat(50)
+    with torch.no_grad():
+        z = gen(draw_noise(500, 8, "gaussian", rng), y)
+        hits = (head_logits(z, weight, bias).mean(dim=0).argmax(dim=1) == y).float().mean()
+    assert hits > 0.9
+    assert z[y == 0].std(dim=0).mean() > 1e-3  # not one point per label
+
+
+def test_seen_labels_replay_the_batches():
+    y = torch.tensor([0, 1, 1, 2, 2, 2, 0])
+    assert seen_labels(y, 4, 3, 6, 5).tolist() == [4, 4, 6, 0]  # two epochs of 3 batches: all of y twice
+    expected = np.zeros(4, np.int64)
+    for idx in batch_indices(7, 3, 2, torch.Generator().manual_seed(5)):
+        expected += np.bincount(y[idx].numpy(), minlength=4)
+    assert seen_labels(y, 4, 3, 2, 5).tolist() == expected.tolist()  # two steps only: the batches drawn
+
+
+def config(**params):
+    return build_config({"federation": {"num_clients": 2, "clients_per_round": 2, "architectures": {"mlp": 2},
+                                        "model_options": {"mlp": {"hidden": [16, 8]}}},
+                         "algorithm": {"name": "fedgen", **params},
+                         "training": {"lr": 0.1, "batch_size": 4, "epochs": 2}})
+
+
+def mlp(arch="mlp"):
+    torch.manual_seed(0)
+    return create_model("mlp", (6,), 3, hidden=(16, 8))
+
+
+def test_client_steps_follow_eq_5():
+    cfg = config(alpha=2.0, noise="uniform", labels="prior")
+    client = resolve(cfg).make_client(cfg, mlp, torch.device("cpu"), None, None)
+    g = torch.Generator().manual_seed(3)
+    x, y = torch.randn(10, 6, generator=g), torch.randint(0, 3, (10,), generator=g)
+    torch.manual_seed(7)
+    gen = Generator(3, 8, 32, 256)
+    gen.eval()
+    prior = np.array([0.5, 0.5, 0.0])
+    vc = VirtualClient(ClientSpec(0, "mlp", np.arange(10)), x, y, {})
+    theta = get_weights(mlp())
+    task = ClientTask(0, 1, "mlp", ("model/mlp", "generator"), 5)
+    start = client.receive(task, (theta, {"weights": get_weights(gen), "prior": prior}), vc)
+    local = client.train(task, start, vc)
+    upload = client.upload(task, start, local, vc)
+
+    model = mlp()
+    set_weights(model, theta)
+    opt, rng = torch.optim.SGD(model.parameters(), lr=0.1), torch.Generator().manual_seed(6)
+    for idx in batch_indices(10, 4, 6, torch.Generator().manual_seed(5)):
+        opt.zero_grad()
+        y_hat = torch.multinomial(torch.tensor([0.5, 0.5, 0.0], dtype=torch.float64), len(idx), True, generator=rng)
+        with torch.no_grad():
+            z = gen(torch.rand(len(idx), 32, generator=rng), y_hat)
+        loss = F.cross_entropy(model(x[idx]), y[idx]) + 2.0 * F.cross_entropy(model.head(z), y_hat)
+        loss.backward()
+        opt.step()
+    for name, value in get_weights(model).items():
+        np.testing.assert_allclose(local.weights[name], value, rtol=1e-5, atol=1e-6)
+    assert isinstance(upload, FedGenUpload)
+    np.testing.assert_array_equal(upload.label_counts, 2 * np.bincount(y.numpy(), minlength=3))  # 2 epochs
+
+
+def test_alpha_zero_is_fedavg_bit_for_bit(tmp_path):
+    def final(algorithm, path):
+        cfg = digits(algorithm["name"], 3, federation={"model_options": {"mlp": {"hidden": [32, 16]}}})
+        cfg = build_config({**cfg.to_dict(), "algorithm": algorithm})
+        fed = Federation(cfg, path, LocalExecutor)
+        for _ in range(3):
+            fed.run_round()
+        fed.writer.close()
+        return fed.strategy.models["mlp"]
+
+    plain = final({"name": "fedavg"}, tmp_path / "a")
+    fedgen = final({"name": "fedgen", "alpha": 0.0}, tmp_path / "b")
+    regularised = final({"name": "fedgen", "alpha": 1.0}, tmp_path / "c")
+    assert all(np.array_equal(plain[k], fedgen[k]) for k in plain)
+    assert any(not np.array_equal(plain[k], regularised[k]) for k in plain)
+
+
+def test_server_trains_the_generator_on_the_heads_and_updates_the_prior():
+    cfg = config(gen_steps=20)
+    s = make_strategy(cfg, [ClientSpec(i, "mlp", np.arange(5)) for i in range(2)], mlp)
+    plan = s.configure_round(1)
+    assert all(t.payload_keys == ("model/mlp", "generator") for t in plan.tasks)
+    np.testing.assert_allclose(plan.broadcast["generator"]["prior"], [1 / 3] * 3)
+    before = s.generator
+    w = get_weights(mlp())
+    ups = [ClientUpdate(i, "mlp", 5, FedGenUpload({k: v + i for k, v in w.items()}, np.array([3, 1, 0]) * (i + 1)),
+                        0, {"loss": 1.0}) for i in range(2)]
+    metrics = s.aggregate(1, ups)
+    np.testing.assert_allclose(s.prior, [9 / 12, 3 / 12, 0])
+    assert any(not np.array_equal(before[k], s.generator[k]) for k in before)
+    assert {"fedgen/teacher_loss", "fedgen/diversity", "fedgen/accuracy", "train/loss"} <= set(metrics)
+    for k in w:
+        np.testing.assert_allclose(s.models["mlp"][k], w[k] + 0.5, rtol=1e-6)
+
+
+def test_architectures_must_share_the_latent_size():
+    cfg = build_config({"federation": {"num_clients": 2, "clients_per_round": 2, "architectures": {"mlp": 1, "logreg": 1}},
+                        "algorithm": {"name": "fedgen"}})
+
+    def build(arch):
+        return create_model(arch, (6,), 3, **({"hidden": (16, 8)} if arch == "mlp" else {}))
+
+    specs = [ClientSpec(0, "mlp", np.arange(5)), ClientSpec(1, "logreg", np.arange(5))]
+    with pytest.raises(ConfigError, match="one feature size across architectures"):
+        make_strategy(cfg, specs, build)
