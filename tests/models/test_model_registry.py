@@ -24,7 +24,7 @@ def test_unknown_model_lists_valid_names_on_one_line():
 
 @pytest.mark.parametrize(
     "name, valid",
-    [("cnn", "none"), ("mlp", "hidden"), ("mobilenetv2", "width_mult"), ("lstm", "hidden_size, num_layers")],
+    [("cnn", "hidden"), ("logreg", "none"), ("mlp", "hidden"), ("mobilenetv2", "width_mult"), ("lstm", "hidden_size, num_layers")],
 )
 def test_unknown_option_names_it_and_lists_valid_ones(name, valid):
     with pytest.raises(ValueError) as err:
