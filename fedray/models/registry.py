@@ -8,11 +8,11 @@ from collections.abc import Callable
 from fedray.models.base import FedModel
 from fedray.models.mobile import MobileNetV2, ShuffleNetV2
 from fedray.models.resnet import ResNet8
-from fedray.models.simple import MLP, FedAvgCNN, LeNet5, LogReg, LSTMClassifier, VGG11s
+from fedray.models.simple import MLP, FedAvgCNN, FedGenCNN, LeNet5, LogReg, LSTMClassifier, VGG11s
 
 MODELS: dict[str, Callable[..., FedModel]] = {
     cls.name: cls
-    for cls in (FedAvgCNN, LeNet5, LogReg, LSTMClassifier, MLP, MobileNetV2, ResNet8, ShuffleNetV2, VGG11s)
+    for cls in (FedAvgCNN, FedGenCNN, LeNet5, LogReg, LSTMClassifier, MLP, MobileNetV2, ResNet8, ShuffleNetV2, VGG11s)
 }
 
 

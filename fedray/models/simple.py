@@ -132,6 +132,32 @@ class FedAvgCNN(FedModel):
         self.set_body(_two_conv_body(self.input_shape, (32, 64), hidden, pad=2, conv_relu=True), hidden)
 
 
+class FedGenCNN(FedModel):
+    """FedGen's MNIST CNN (the authors' code, digest B.1): conv 6@3x3 stride 2 - BN - ReLU, conv 16@3x3
+    stride 2 - BN - ReLU, flatten, a linear layer to the latent z (32, ``latent``), then the linear
+    predictor. No activation between the two linear layers: z is what FedGen's generator produces.
+
+    26,434 parameters on (1, 28, 28) with 10 classes (784 -> 32 -> 10). Images (C, H, W) with
+    H, W >= 1.
+    """
+
+    name = "fedgen_cnn"
+    min_side = 1
+
+    def __init__(self, input_shape: tuple[int, ...], num_classes: int, latent: int = 32):
+        super().__init__(input_shape, num_classes)
+        _positive_ints(self.name, "latent", (latent,))
+        c, h, w = self.input_shape
+
+        def side(n: int) -> int:
+            return ((n - 1) // 2 + 1 - 1) // 2 + 1  # two stride-2 convs, kernel 3, padding 1
+
+        layers = [nn.Conv2d(c, 6, 3, stride=2, padding=1), nn.BatchNorm2d(6), nn.ReLU(),
+                  nn.Conv2d(6, 16, 3, stride=2, padding=1), nn.BatchNorm2d(16), nn.ReLU(), nn.Flatten(),
+                  nn.Linear(16 * side(h) * side(w), latent)]
+        self.set_body(nn.Sequential(*layers), latent)
+
+
 class VGG11s(FedModel):
     """VGG11* (Sattler et al., 2019): VGG-A layout with widths 32-128, FC 128-128-128, no BN.
 

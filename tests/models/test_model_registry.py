@@ -6,8 +6,8 @@ from torch import nn
 
 from fedray.models import MODELS, FedModel, create_model, model_names
 
-ALL = ["cnn", "lenet5", "logreg", "lstm", "mlp", "mobilenetv2", "resnet8", "shufflenetv2", "vgg11s"]
-CONV = ["cnn", "lenet5", "mobilenetv2", "resnet8", "shufflenetv2", "vgg11s"]
+ALL = ["cnn", "fedgen_cnn", "lenet5", "logreg", "lstm", "mlp", "mobilenetv2", "resnet8", "shufflenetv2", "vgg11s"]
+CONV = ["cnn", "fedgen_cnn", "lenet5", "mobilenetv2", "resnet8", "shufflenetv2", "vgg11s"]
 
 
 def test_model_names_are_sorted_registry_keys():
