@@ -52,8 +52,14 @@ def is_update(array: np.ndarray) -> bool:
     return array.dtype.kind == "f"
 
 
+# metadata of a dataclass field that the simulator carries but a real client would not send (e.g. a
+# model that never leaves the client, uploaded only to be evaluated): ``nbytes`` leaves it out
+SIMULATION = {"simulation": True}
+
+
 def nbytes(payload) -> int:
-    """Bytes of a payload made of numpy arrays or encoded bytes (nested in dicts, lists, tuples or dataclasses)."""
+    """Bytes of a payload made of numpy arrays or encoded bytes (nested in dicts, lists, tuples or
+    dataclasses; None is nothing)."""
     if isinstance(payload, np.ndarray):
         return int(payload.nbytes)
     if isinstance(payload, (bytes, bytearray)):
@@ -62,8 +68,10 @@ def nbytes(payload) -> int:
         return sum(nbytes(v) for v in payload.values())
     if isinstance(payload, (list, tuple)):
         return sum(nbytes(v) for v in payload)
-    if dataclasses.is_dataclass(payload) and not isinstance(payload, type):
-        return sum(nbytes(getattr(payload, f.name)) for f in dataclasses.fields(payload))
+    if dataclasses.is_dataclass(payload) and not isinstance(payload, type):  # fields marked SIMULATION do not travel
+        return sum(nbytes(getattr(payload, f.name)) for f in dataclasses.fields(payload) if not f.metadata.get("simulation"))
+    if payload is None:
+        return 0
     if isinstance(payload, torch.Tensor):
         return int(payload.numel() * payload.element_size())
     raise TypeError(f"cannot count the bytes of a {type(payload).__name__}")

@@ -16,6 +16,8 @@ from fedray.algorithms.fedavg import FedAvg
 from fedray.algorithms.fedbe import FedBE
 from fedray.algorithms.fedopt import FedOpt
 from fedray.algorithms.feddf import FedDF
+from fedray.algorithms.feddistill import FedDistill
+from fedray.algorithms.fedensemble import FedEnsemble
 from fedray.algorithms.fedgen import FedGen
 from fedray.algorithms.fedmmd import FedMMD
 from fedray.algorithms.fedprox import FedProx
@@ -25,7 +27,7 @@ from fedray.algorithms.signsgd import SignSGD
 from fedray.algorithms.stc import STC
 
 ALGORITHMS: dict[str, type[Strategy]] = {s.name: s for s in (FedAvg, FedProx, DSGD, Central, STC, SignSGD, DGC, CFL,
-                                                          FedDF, FedBE, FD, CFD, FedAUX, FedOpt, FedMMD, FedGen,
+                                                          FedDF, FedBE, FD, CFD, FedAUX, FedOpt, FedMMD, FedGen, FedDistill, FedEnsemble,
                                                           Scaffold, MrTF)}
 
 __all__ = ["ALGORITHMS", "ClientAlgorithm", "Params", "ServerContext", "Strategy", "VirtualClient"]

@@ -1,0 +1,146 @@
+"""FedDistill and FedDistill+, FedGen's label-wise logit-sharing baselines (Zhu et al. 2021,
+section 6.1; after Seo et al. 2020, "Federated Knowledge Distillation"), and FedEnsemble.
+
+FedDistill: users share no parameters, only the mean logit vector of each label over the samples
+of their round's local steps. The server averages each label's vectors over the users that saw
+the label into a table t[y]; each user then trains its own model with
+
+    CE(f(x), y) + reg KL( softmax(t[y]) || softmax(f(x)) )
+
+(the authors' code, reg = 1; samples of a label no user reported carry no second term). Its
+models stay on the users (kept in their state); the server evaluates this round's users' models,
+which travel only to be scored (their bytes are not counted). FedDistill+ (``share_models:
+true``, the code's FedDistill-FL) also averages the models as FedAvg does, and broadcasts both.
+The code's tracker accumulates logits over all rounds and averages a user's empty labels in as
+zero vectors; here each round's vectors are the round's, and a user without a label has none.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from typing import Any, Callable, Optional
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from pydantic import Field
+
+from fedray.algorithms.base import ClientAlgorithm, ServerContext, Trained, VirtualClient
+from fedray.algorithms.fedavg import FedAvg, FedAvgParams
+from fedray.algorithms.helpers import mean_client_loss
+from fedray.messages import ClientTask, ClientUpdate, RoundPlan
+from fedray.training import ExtraLoss, Step
+from fedray.weights import SIMULATION, Weights
+
+
+class FedDistillParams(FedAvgParams):
+    share_models: bool = False  # FedDistill+: the models are averaged and broadcast too
+    reg: float = Field(1.0, ge=0)  # the KL term's weight
+
+
+@dataclass
+class LogitUpload:
+    """FedDistill+'s upload: the label-wise mean logits (C, C; zeros where ``counts`` is 0), the
+    label counts and the model."""
+
+    logits: np.ndarray
+    counts: np.ndarray
+    weights: Weights
+
+
+@dataclass
+class PrivateModelUpload:
+    """FedDistill's upload: the logits and counts; the model rides along for scoring only."""
+
+    logits: np.ndarray
+    counts: np.ndarray
+    weights: Weights = field(metadata=SIMULATION)
+
+
+def logit_table(logits: np.ndarray, counts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Each label's mean over the users that saw it of their mean logit vectors: logits (K, C, C),
+    counts (K, C) -> (table (C, C), which labels have a row (C,))."""
+    have = counts > 0  # (K, C)
+    users = have.sum(axis=0)
+    table = (logits * have[:, :, None]).sum(axis=0) / np.maximum(users, 1)[:, None]
+    return table.astype(np.float32), users > 0
+
+
+class FedDistillClient(ClientAlgorithm):
+    stateful = True  # FedDistill's users keep their own models
+
+    def __init__(self, *args: Any, **kwargs: Any):
+        super().__init__(*args, **kwargs)
+        self._round: dict[int, tuple[Optional[np.ndarray], Optional[np.ndarray], np.ndarray, np.ndarray]] = {}
+
+    def receive(self, task: ClientTask, downloads: tuple[Any, ...], client: VirtualClient) -> Weights:
+        if self.params.share_models:
+            theta, table = downloads
+        else:
+            (table,) = downloads
+            theta = client.state.get("model") or self.initial(task.arch)
+        num_classes = self.model(task.arch).num_classes
+        sums, counts = np.zeros((num_classes, num_classes)), np.zeros(num_classes, np.int64)
+        self._round[task.client_id] = (table["logits"], table["have"], sums, counts) if table else (None, None, sums, counts)
+        return theta
+
+    def extra_loss(self, model: torch.nn.Module, task: ClientTask) -> Optional[ExtraLoss]:
+        table, have, sums, counts = self._round[task.client_id]
+        reg = self.params.reg
+        target = torch.softmax(torch.from_numpy(table), dim=1).to(self.device) if table is not None else None
+        known = torch.from_numpy(have).to(self.device) if have is not None else None
+
+        def tracked(m: torch.nn.Module, step: Step) -> torch.Tensor:
+            y = step.y.cpu().numpy()
+            np.add.at(sums, y, step.logits.detach().cpu().double().numpy())
+            np.add.at(counts, y, 1)
+            if target is None or reg == 0:
+                return step.logits.new_zeros(())
+            mask = known[step.y]
+            log_p = F.log_softmax(step.logits[mask], dim=1)
+            return reg * F.kl_div(log_p, target[step.y[mask]], reduction="sum") / len(step.y)
+
+        return tracked
+
+    def upload(self, task: ClientTask, theta: Weights, local: Trained, client: VirtualClient) -> Any:
+        _, _, sums, counts = self._round.pop(task.client_id)
+        means = (sums / np.maximum(counts, 1)[:, None]).astype(np.float32)
+        if self.params.share_models:
+            return LogitUpload(means, counts, local.weights)
+        client.state["model"] = local.weights
+        return PrivateModelUpload(means, counts, local.weights)
+
+
+class FedDistill(FedAvg):
+    name = "feddistill"
+    Params = FedDistillParams
+    Client = FedDistillClient
+    state_attrs = ("models", "table", "scored")
+
+    def __init__(self, params: FedDistillParams, ctx: ServerContext):
+        super().__init__(params, ctx)
+        self.table: Optional[dict[str, np.ndarray]] = None  # {"logits": (C, C), "have": (C,)} after round one
+        self.scored: list[tuple[str, Weights]] = []  # FedDistill: this round's users' own models
+
+    def configure_round(self, round: int) -> RoundPlan:
+        plan = super().configure_round(round)
+        keys = ("logits",) if not self.params.share_models else None
+        tasks = [replace(t, payload_keys=(keys or t.payload_keys + ("logits",))) for t in plan.tasks]
+        broadcast = {**(plan.broadcast if self.params.share_models else {}), "logits": self.table}
+        return RoundPlan(tasks=tasks, broadcast=broadcast)
+
+    def aggregate(self, round: int, updates: list[ClientUpdate]) -> dict[str, float]:
+        table, have = logit_table(np.stack([u.payload.logits for u in updates]), np.stack([u.payload.counts for u in updates]))
+        self.table = {"logits": table, "have": have}
+        if self.params.share_models:
+            return super().aggregate(round, [replace(u, payload=u.payload.weights) for u in updates])
+        self.scored = [(u.arch, u.payload.weights) for u in updates]
+        return mean_client_loss(updates)
+
+    def evaluate(self, evaluate_model: Callable[[str, Weights, int], dict[str, float]]) -> dict[str, float]:
+        if self.params.share_models or not self.scored:
+            return super().evaluate(evaluate_model)
+        # FedDistill has no global model: the mean over this round's users of their own model's score
+        scores = [evaluate_model(arch, weights, 0) for arch, weights in self.scored]
+        return {"eval/accuracy": float(np.mean([s["accuracy"] for s in scores])),
+                "eval/loss": float(np.mean([s["loss"] for s in scores]))}

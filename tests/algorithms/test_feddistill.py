@@ -1,0 +1,118 @@
+"""FedGen's baselines: FedDistill's label-wise logit table and regulariser on hand-computed tensors,
+FedDistill's private models and uncounted bytes, FedDistill+, and FedEnsemble's ensemble score."""
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+
+from fedray.algorithms.base import VirtualClient
+from fedray.algorithms.feddistill import LogitUpload, PrivateModelUpload, logit_table
+from fedray.config import build_config
+from fedray.experiment import resolve
+from fedray.messages import ClientSpec, ClientTask, ClientUpdate
+from fedray.models import create_model
+from fedray.training import batch_indices
+from fedray.weights import get_weights, nbytes, set_weights
+from tests.support import make_strategy
+from tests.test_federation import digits, run
+
+
+def test_logit_table_by_hand():
+    logits = np.array([[[2.0, 0.0], [0.0, 0.0]],    # user 1 saw label 0 only
+                       [[4.0, 2.0], [1.0, 3.0]]])   # user 2 saw both
+    counts = np.array([[5, 0], [1, 7]])
+    table, have = logit_table(logits, counts)
+    np.testing.assert_allclose(table, [[3.0, 1.0], [1.0, 3.0]])  # label 0: mean of both users; label 1: user 2
+    assert have.tolist() == [True, True]
+    table, have = logit_table(logits[:1], counts[:1])
+    assert have.tolist() == [True, False] and table[1].tolist() == [0.0, 0.0]
+
+
+def mlp(arch="mlp"):
+    torch.manual_seed(0)
+    return create_model("mlp", (6,), 3, hidden=(8,))
+
+
+def client_round(share_models, table=None, state=None):
+    cfg = build_config({"federation": {"num_clients": 2, "clients_per_round": 2, "architectures": {"mlp": 2}},
+                        "algorithm": {"name": "feddistill", "share_models": share_models, "reg": 0.5},
+                        "training": {"lr": 0.1, "batch_size": 4, "epochs": 1}})
+    client = resolve(cfg).make_client(cfg, mlp, torch.device("cpu"), None, None)
+    g = torch.Generator().manual_seed(3)
+    x, y = torch.randn(8, 6, generator=g), torch.tensor([0, 1, 1, 0, 1, 1, 0, 1])
+    vc = VirtualClient(ClientSpec(0, "mlp", np.arange(8)), x, y, state if state is not None else {})
+    theta = get_weights(mlp())
+    keys = ("model/mlp", "logits") if share_models else ("logits",)
+    task = ClientTask(0, 1, "mlp", keys, 5)
+    downloads = (theta, table) if share_models else (table,)
+    start = client.receive(task, downloads, vc)
+    local = client.train(task, start, vc)
+    return theta, (x, y), client.upload(task, start, local, vc), vc
+
+
+def test_client_tracks_label_means_and_steps_with_the_kl_term():
+    table = {"logits": np.array([[3.0, 0.0, 0.0], [0.0, 1.0, 0.0], [0.0, 0.0, 0.0]], np.float32),
+             "have": np.array([True, True, False])}
+    theta, (x, y), upload, _ = client_round(True, table)
+    model = mlp()
+    set_weights(model, theta)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    sums, counts = torch.zeros(3, 3, dtype=torch.float64), torch.zeros(3)
+    target = torch.softmax(torch.from_numpy(table["logits"]), dim=1)
+    for idx in batch_indices(8, 4, 2, torch.Generator().manual_seed(5)):
+        opt.zero_grad()
+        logits = model(x[idx])
+        for row, label in zip(logits.detach().double(), y[idx]):
+            sums[label] += row
+            counts[label] += 1
+        kl = F.kl_div(F.log_softmax(logits, dim=1), target[y[idx]], reduction="batchmean")  # labels 0, 1: all known
+        (F.cross_entropy(logits, y[idx]) + 0.5 * kl).backward()
+        opt.step()
+    assert isinstance(upload, LogitUpload)
+    for name, value in get_weights(model).items():
+        np.testing.assert_allclose(upload.weights[name], value, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(upload.logits, (sums / counts.clamp_min(1)[:, None]).numpy(), rtol=1e-5, atol=1e-6)
+    assert upload.counts.tolist() == [3, 5, 0] and upload.logits[2].tolist() == [0, 0, 0]
+
+
+def test_feddistill_keeps_its_model_private():
+    theta, _, upload, vc = client_round(False)  # round one: no table yet, plain local training
+    assert isinstance(upload, PrivateModelUpload)
+    assert nbytes(upload) == 3 * 3 * 4 + 3 * 8  # the logits and counts travel; the model does not
+    assert vc.state["model"] is upload.weights
+    _, _, again, _ = client_round(False, None, state=vc.state)  # the next round starts from its own model
+    assert any(not np.array_equal(again.weights[k], upload.weights[k]) for k in theta)
+
+
+def test_feddistill_runs_share_what_they_should(tmp_path):
+    fed, results = run(digits("feddistill", 3), tmp_path / "a")
+    assert results[-1].metrics["comm/bytes_up"] == 5 * (10 * 10 * 4 + 10 * 8)  # 5 users: logits and counts only
+    assert "model/mlp" not in fed.strategy.configure_round(4).broadcast
+    assert results[-1].metrics["eval/accuracy"] > 0.3  # each user's own model, scored on all ten digits
+    plus = build_config({**digits("feddistill", 3).to_dict(), "algorithm": {"name": "feddistill", "share_models": True}})
+    fed, results = run(plus, tmp_path / "b")
+    assert results[-1].metrics["eval/accuracy"] > 0.75  # FedDistill+: FedAvg with the KL term
+
+
+def test_fedensemble_scores_the_mean_logits_of_the_users_latest_models():
+    rng = np.random.default_rng(0)
+    test_x, test_y = rng.normal(size=(50, 6)).astype(np.float32), rng.integers(0, 3, 50)
+    cfg = build_config({"federation": {"num_clients": 3, "clients_per_round": 2, "architectures": {"mlp": 3}},
+                        "algorithm": {"name": "fedensemble"}})
+    s = make_strategy(cfg, [ClientSpec(i, "mlp", np.arange(5)) for i in range(3)], mlp, test_x=test_x, test_y=test_y)
+    base = get_weights(mlp())
+    models = [{k: (v + rng.normal(scale=1.0, size=v.shape)).astype(v.dtype) for k, v in base.items()} for _ in range(3)]
+    s.aggregate(1, [ClientUpdate(0, "mlp", 5, models[0], 0, {"loss": 1.0}), ClientUpdate(1, "mlp", 5, models[1], 0, {"loss": 1.0})])
+    s.aggregate(2, [ClientUpdate(1, "mlp", 5, models[2], 0, {"loss": 1.0})])  # user 1's latest replaces its first
+    metrics = s.evaluate(lambda arch, w, g: {"accuracy": 0.5, "loss": 1.0})
+
+    def logits(w):
+        m = mlp()
+        set_weights(m, w)
+        with torch.no_grad():
+            return m(torch.from_numpy(test_x))
+
+    mean = (logits(models[0]) + logits(models[2])) / 2
+    assert metrics["eval/accuracy"] == pytest.approx(float((mean.argmax(1).numpy() == test_y).mean()))
+    assert metrics["eval/accuracy_global"] == 0.5
