@@ -43,7 +43,8 @@ def weighted_mean(states: Sequence[Weights], coefficients: Sequence[float]) -> W
         acc = np.zeros(first.shape, dtype=np.float64)
         for c, state in zip(coef, states):
             acc += c * state[name]
-        out[name] = np.rint(acc).astype(first.dtype) if first.dtype.kind in "iub" else acc.astype(first.dtype)
+        # rint in place: on a 0-d array (the counter) np.rint would return a numpy scalar, not an array
+        out[name] = np.rint(acc, out=acc).astype(first.dtype) if first.dtype.kind in "iub" else acc.astype(first.dtype)
     return out
 
 

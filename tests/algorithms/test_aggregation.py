@@ -7,7 +7,7 @@ from fedray.algorithms.dsgd import GradientUpload
 from fedray.algorithms.fedprox import FedProxClient, FedProxParams
 from fedray.config import build_config
 from fedray.messages import ClientSpec, ClientUpdate
-from fedray.weights import weighted_mean
+from fedray.weights import nbytes, weighted_mean
 from tests.support import make_strategy
 
 
@@ -33,6 +33,13 @@ def test_weighted_mean_by_hand():
     out = weighted_mean([{"a": np.array([1.0, 2.0], np.float32)}, {"a": np.array([3.0, 6.0], np.float32)}], [1, 3])
     np.testing.assert_array_equal(out["a"], np.array([2.5, 5.0], np.float32))
     assert out["a"].dtype == np.float32
+
+
+def test_weighted_mean_keeps_a_zero_d_counter_an_array():
+    """BatchNorm's num_batches_tracked is a 0-d int64 array; its mean must stay one (nbytes, Ray)."""
+    out = weighted_mean([{"n": np.array(3, np.int64)}, {"n": np.array(6, np.int64)}], [1, 1])
+    assert isinstance(out["n"], np.ndarray) and out["n"].shape == () and out["n"] == 4 and out["n"].dtype == np.int64
+    assert nbytes(out) == 8
 
 
 def test_fedavg_unweighted_is_plain_mean():
