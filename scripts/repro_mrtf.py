@@ -146,6 +146,13 @@ METHODS = {"fedavg": ("FedAvg (PA)", ["algorithm={name: fedavg}"]),
                "algorithm={name: mrtf, tau: 1.0, std: batch, std_batch_size: 320, weights: code, ema: true, "
                "cluster_tau: 8.0, cluster_after: 0, feed_back: false, distill: {optimizer: adam, lr: 0.001, "
                "weight_decay: 0.000001, schedule: cosine, clip_norm: 100, steps: 500, batch_size: 64}}",
+               "training.batch_size=32", "training.weight_decay=0.00001"]),
+           # which of the code's rules matter: the paper's with the code's broadcast, and the reverse
+           "mrtf_nofb": ("MrTF, the paper's rules, plain aggregate broadcast", [MRTF + ", feed_back: false}"]),
+           "mrtf_code_fb": ("MrTF, the code's rules, refined model broadcast", [
+               "algorithm={name: mrtf, tau: 1.0, std: batch, std_batch_size: 320, weights: code, ema: true, "
+               "cluster_tau: 8.0, cluster_after: 0, feed_back: true, distill: {optimizer: adam, lr: 0.001, "
+               "weight_decay: 0.000001, schedule: cosine, clip_norm: 100, steps: 500, batch_size: 64}}",
                "training.batch_size=32", "training.weight_decay=0.00001"])}
 
 
@@ -251,7 +258,7 @@ def main() -> None:
         saved = store.read() or {}
         earlier = saved.get("invocations", []) if (args.methods or args.splits or args.seeds != [0]) and saved.get("rounds") == rounds else []
         results = run_grid(run_compare, todo, store, args.jobs,
-                           cost=lambda s: 3.0 if s["method"] in ("st", "st_rd", "mrtf", "mrtf_code", "al") else 1.0,
+                           cost=lambda s: 3.0 if s["method"].startswith(("st", "mrtf", "al")) else 1.0,
                            line=lambda r: f"{key(r)}: final {100 * r['history'][-1]['accuracy']:.1f}% "
                                           f"({r['wall_s']:.0f} s)")
         calls = earlier + [invocation(args, todo, results, key, start, methods=args.methods or [], splits=args.splits or [],
