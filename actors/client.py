@@ -64,7 +64,7 @@ class RayExecutor:
         self.owner = {spec.client_id: i for i, group in enumerate(self.groups) for spec in group}
         self.sizes = {spec.client_id: spec.num_samples for spec in specs}
         # an explicit clients_per_actor is a layout the user asked for: keep every client at home
-        self.pinned = method.client.stateful or config.runtime.clients_per_actor != "auto"
+        self.pinned = method.stateful or config.runtime.clients_per_actor != "auto"
 
     def execute(self, plan: RoundPlan) -> list[ClientUpdate]:
         refs = {key: ray.put(payload) for key, payload in plan.broadcast.items()}

@@ -38,6 +38,11 @@ class Method:
     def client(self) -> type[ClientAlgorithm]:
         return self.strategy.Client
 
+    @property
+    def stateful(self) -> bool:
+        """Whether the clients keep state between rounds with these parameters (they stay at home)."""
+        return self.client.keeps_state(self.params)
+
     def make_strategy(self, ctx: ServerContext) -> Strategy:
         """The server half for a federation."""
         return self.strategy(self.params, ctx)

@@ -33,7 +33,30 @@ from fedray.algorithms.helpers import initial_model
 from fedray.config import Config
 from fedray.messages import ClientSpec, ClientTask, ClientUpdate, RoundPlan
 from fedray.training import ExtraLoss, local_train
-from fedray.weights import Weights, get_weights, set_weights
+from fedray.weights import SIMULATION, Weights, get_weights, set_weights
+
+
+HEAD_PREFIX = "classifier."  # theta^p: the last, linear layer of every FedModel
+
+
+def split_head(weights: Weights) -> tuple[Weights, Weights]:
+    """(head, body): the predictor's entries and the feature extractor's."""
+    head = {k: v for k, v in weights.items() if k.startswith(HEAD_PREFIX)}
+    return head, {k: v for k, v in weights.items() if not k.startswith(HEAD_PREFIX)}
+
+
+@dataclass
+class HeadUpload:
+    """With ``share: head`` (FedGen's Table 4) the head travels; the feature extractor stays on the
+    client and rides along only so that the server can score the client's model (not counted)."""
+
+    head: Weights
+    body: Weights = field(metadata=SIMULATION)
+
+
+def shared(payload: Any) -> Weights:
+    """The shared weights of an upload: all of them, or the head of a :class:`HeadUpload`."""
+    return payload.head if isinstance(payload, HeadUpload) else payload
 
 
 class Params(BaseModel):
@@ -148,6 +171,7 @@ class ClientAlgorithm:
         self.build_model = build_model
         self._models: dict[str, torch.nn.Module] = {}
         self._initial = initial_models or {}
+        self.stateful = self.keeps_state(params)  # type: ignore[misc]  # this run's answer to the class's default
 
     def initial(self, arch: str) -> Weights:
         """theta^0 of ``arch``, as the server has it (pre-trained features, if any); do not change it."""
@@ -173,8 +197,28 @@ class ClientAlgorithm:
     # -- the three steps of a round, in the order the host calls them ------------------------------
     def receive(self, task: ClientTask, downloads: tuple[Any, ...], client: VirtualClient) -> Weights:
         """theta_i, the model the client starts from, out of this round's downloads (in
-        ``task.payload_keys`` order). Default: the one broadcast model."""
-        return downloads[0]
+        ``task.payload_keys`` order). Default: the one broadcast model (:meth:`own_model`)."""
+        return self.own_model(task, downloads[0], client)
+
+    @classmethod
+    def keeps_state(cls, params: Params) -> bool:
+        """Whether clients keep state between rounds: ``stateful``, or only the head is shared."""
+        return cls.stateful or getattr(params, "share", "all") == "head"
+
+    def own_model(self, task: ClientTask, theta: Weights, client: VirtualClient) -> Weights:
+        """theta_i from the broadcast theta: all of it, or with ``share: head`` the broadcast head on
+        this client's own feature extractor (the initial one before its first round)."""
+        if getattr(self.params, "share", "all") != "head":
+            return theta
+        return {**(client.state.get("body") or split_head(self.initial(task.arch))[1]), **theta}
+
+    def share_weights(self, weights: Weights, client: VirtualClient) -> Any:
+        """What of theta_i travels: all of it, or with ``share: head`` the head (the body is kept)."""
+        if getattr(self.params, "share", "all") != "head":
+            return weights
+        head, body = split_head(weights)
+        client.state["body"] = body
+        return HeadUpload(head, body)
 
     def train(self, task: ClientTask, theta: Weights, client: VirtualClient) -> LocalUpdate:
         """SGD_E(theta, D_i) with the task's seeds (batch order, dropout) and ``extra_loss``."""
@@ -191,8 +235,9 @@ class ClientAlgorithm:
         return None
 
     def upload(self, task: ClientTask, theta: Weights, local: LocalUpdate, client: VirtualClient) -> Any:
-        """What the client sends back (its ``bytes_up`` are counted by the host). Default: theta_i."""
-        return local.weights
+        """What the client sends back (its ``bytes_up`` are counted by the host). Default: theta_i
+        (:meth:`share_weights`)."""
+        return self.share_weights(local.weights, client)
 
 
 class Strategy(ABC):
@@ -298,4 +343,5 @@ class Strategy(ABC):
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         for name in self.state_attrs:
-            setattr(self, name, state[name])
+            if name in state:  # a checkpoint from before the method kept ``name`` leaves it as initialised
+                setattr(self, name, state[name])

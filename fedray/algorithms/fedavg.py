@@ -8,26 +8,58 @@
 The client half is the default ``ClientAlgorithm``: it trains the broadcast model and uploads
 theta_i. Alg. 2 averages unweighted; ``weighted: true`` weights by |D_i| as Alg. 10/15 and
 McMahan et al. do. Averaging happens within an architecture: one global model per architecture.
+
+``share: head`` shares only the last, linear layer (FedGen's Table 4): each client keeps its own
+feature extractor in its state, the server averages and broadcasts the heads, and the score is the
+mean over the round's clients of their own extractor under the new global head. FedProx, FedMMD
+and FedGen inherit it.
 """
 
 from __future__ import annotations
 
-from fedray.algorithms.base import ClientAlgorithm, Params, Strategy
+from typing import Callable, Literal
+
+import numpy as np
+
+from fedray.algorithms.base import ClientAlgorithm, HeadUpload, Params, ServerContext, Strategy, shared, split_head
 from fedray.algorithms.helpers import group_by_arch, mean_client_loss, sample_weights
-from fedray.messages import ClientUpdate
-from fedray.weights import weighted_mean
+from fedray.messages import ClientUpdate, RoundPlan
+from fedray.weights import Weights, weighted_mean
 
 
 class FedAvgParams(Params):
     weighted: bool = False
+    share: Literal["all", "head"] = "all"
 
 
 class FedAvg(Strategy):
     name = "fedavg"
     Params = FedAvgParams
     Client = ClientAlgorithm  # theta_i <- SGD_E(theta, D_i); upload theta_i
+    state_attrs = ("models", "bodies")
+
+    def __init__(self, params: FedAvgParams, ctx: ServerContext):
+        super().__init__(params, ctx)
+        self.bodies: list[tuple[str, Weights]] = []  # share: head: the round's clients' own feature extractors
+
+    def configure_round(self, round: int) -> RoundPlan:
+        plan = super().configure_round(round)
+        if self.params.share == "all":
+            return plan
+        heads = {key: split_head(value)[0] for key, value in plan.broadcast.items() if key.startswith("model/")}
+        return RoundPlan(tasks=plan.tasks, broadcast={**plan.broadcast, **heads}, sizes=plan.sizes)
 
     def aggregate(self, round: int, updates: list[ClientUpdate]) -> dict[str, float]:
         for arch, group in group_by_arch(updates).items():
-            self.models[arch] = weighted_mean([u.payload for u in group], sample_weights(group, self.params.weighted))
+            mean = weighted_mean([shared(u.payload) for u in group], sample_weights(group, self.params.weighted))
+            self.models[arch] = {**self.models[arch], **mean}
+        if self.params.share == "head":
+            self.bodies = [(u.arch, u.payload.body) for u in updates if isinstance(u.payload, HeadUpload)]
         return mean_client_loss(updates)
+
+    def evaluate(self, evaluate_model: Callable[[str, Weights, int], dict[str, float]]) -> dict[str, float]:
+        if self.params.share == "all" or not self.bodies:
+            return super().evaluate(evaluate_model)
+        scores = [evaluate_model(arch, {**body, **split_head(self.models[arch])[0]}, 0) for arch, body in self.bodies]
+        return {"eval/accuracy": float(np.mean([s["accuracy"] for s in scores])),
+                "eval/loss": float(np.mean([s["loss"] for s in scores]))}

@@ -11,6 +11,7 @@ Learning", ICML 2021, Algorithm 1 (signs restored as in the mrtf_fedgen digest, 
 Every architecture's features must have one size d (the generator's output): that is what lets
 users with different feature extractors share one generator (e.g. ``cnn`` with ``hidden: 32`` and
 ``mlp`` with ``hidden: [200, 32]``). Averaging happens within an architecture, as FedAvg's does.
+``share: head`` shares only the heads (section 3.3, Table 4); the generator needs no more.
 
 The paper's behaviour is the default; the authors' code's (digest B.2-B.3) is named options:
 ``noise: uniform``, ``labels: available``, ``teacher: counts``, ``alpha: 10`` with
@@ -31,7 +32,7 @@ import torch
 import torch.nn.functional as F
 from pydantic import Field
 
-from fedray.algorithms.base import ClientAlgorithm, ServerContext, Trained, VirtualClient, task_seed
+from fedray.algorithms.base import ClientAlgorithm, ServerContext, Trained, VirtualClient, shared, task_seed
 from fedray.algorithms.fedavg import FedAvg, FedAvgParams
 from fedray.config import ConfigError
 from fedray.distill.generator import Generator, draw_labels, draw_noise, train_generator
@@ -63,9 +64,10 @@ class FedGenParams(FedAvgParams):
 
 @dataclass
 class FedGenUpload:
-    """theta_k and c_k, the labels of the samples its local steps drew."""
+    """theta_k (or with ``share: head`` its head, a HeadUpload) and c_k, the labels of the samples its
+    local steps drew."""
 
-    weights: Weights
+    weights: Any
     label_counts: np.ndarray
 
 
@@ -91,7 +93,7 @@ class FedGenClient(ClientAlgorithm):
     def receive(self, task: ClientTask, downloads: tuple[Any, ...], client: VirtualClient) -> Weights:
         theta, gen = downloads
         self._round[task.client_id] = (gen["weights"], gen["prior"])
-        return theta
+        return self.own_model(task, theta, client)
 
     def generator(self, arch: str, weights: Weights) -> Generator:
         """G_w on this host, fixed (eval mode: BatchNorm at the server's running statistics)."""
@@ -131,14 +133,14 @@ class FedGenClient(ClientAlgorithm):
         self._round.pop(task.client_id)
         model, cfg = self.model(task.arch), self.config.training
         counts = seen_labels(client.y, model.num_classes, cfg.batch_size, num_local_steps(len(client.x), cfg), task.seed)
-        return FedGenUpload(local.weights, counts)
+        return FedGenUpload(self.share_weights(local.weights, client), counts)
 
 
 class FedGen(FedAvg):
     name = "fedgen"
     Params = FedGenParams
     Client = FedGenClient
-    state_attrs = ("models", "prior", "generator", "gen_optimizer")
+    state_attrs = ("models", "bodies", "prior", "generator", "gen_optimizer")
 
     def __init__(self, params: FedGenParams, ctx: ServerContext):
         super().__init__(params, ctx)
@@ -183,8 +185,9 @@ class FedGen(FedAvg):
         counts = torch.from_numpy(np.stack([u.payload.label_counts for u in updates]).astype(np.float64))
         self.prior = (counts.sum(dim=0) / counts.sum()).numpy()  # p^(y) from the users' counts
         device = self.ctx.device
-        weight = torch.stack([torch.from_numpy(u.payload.weights[HEAD[0]]) for u in updates]).to(device)
-        bias = torch.stack([torch.from_numpy(u.payload.weights[HEAD[1]]) for u in updates]).to(device)
+        heads = [shared(u.payload.weights) for u in updates]
+        weight = torch.stack([torch.from_numpy(h[HEAD[0]]) for h in heads]).to(device)
+        bias = torch.stack([torch.from_numpy(h[HEAD[1]]) for h in heads]).to(device)
         for group in self._opt.param_groups:
             group["lr"] = p.gen_lr * p.gen_lr_decay ** (round - 1)
         rng = torch.Generator().manual_seed(task_seed(self.config.seed, round, 2**31 - 1))  # the server's own stream

@@ -19,7 +19,7 @@ from fedray.federation import Federation
 from fedray.messages import ClientSpec, ClientTask, ClientUpdate
 from fedray.models import create_model
 from fedray.training import batch_indices
-from fedray.weights import get_weights, set_weights
+from fedray.weights import get_weights, nbytes, set_weights
 from tests.support import make_strategy
 from tests.test_federation import digits
 
@@ -175,3 +175,27 @@ def test_architectures_must_share_the_latent_size():
     specs = [ClientSpec(0, "mlp", np.arange(5)), ClientSpec(1, "logreg", np.arange(5))]
     with pytest.raises(ConfigError, match="one feature size across architectures"):
         make_strategy(cfg, specs, build)
+
+
+@pytest.mark.parametrize("name", ["fedavg", "fedgen"])
+def test_sharing_only_the_head_keeps_each_feature_extractor_at_home(tmp_path, name):
+    """Table 4's setting: heads travel both ways; each client's feature extractor stays in its state,
+    and the score is each round's clients' own extractor under the new global head."""
+    cfg = digits(name, 3, federation={"model_options": {"mlp": {"hidden": [32, 16]}}})
+    cfg = build_config({**cfg.to_dict(), "algorithm": {"name": name, "share": "head"}})
+    fed = Federation(cfg, tmp_path, LocalExecutor)
+    results = [fed.run_round() for _ in range(3)]
+    head = 16 * 10 * 4 + 10 * 4  # classifier.weight and .bias, float32
+    extra_up = 10 * 8 if name == "fedgen" else 0  # FedGen's label counts
+    assert all(r.metrics["comm/bytes_up"] == 5 * (head + extra_up) for r in results)
+    gen = nbytes(fed.strategy.generator) + 10 * 8 if name == "fedgen" else 0
+    assert all(r.metrics["comm/bytes_down"] == 5 * (head + gen) for r in results)
+    initial = fed.strategy.ctx.initial("mlp")
+    body_keys = [k for k in initial if not k.startswith("classifier.")]
+    server = fed.strategy.models["mlp"]
+    assert all(np.array_equal(server[k], initial[k]) for k in body_keys)  # the server never sees a body
+    assert any(not np.array_equal(server[k], initial[k]) for k in ("classifier.weight", "classifier.bias"))
+    bodies = [b for _, b in fed.strategy.bodies]
+    assert len(bodies) == 5 and all(set(b) == set(body_keys) for b in bodies)
+    assert any(not np.array_equal(bodies[0][k], bodies[1][k]) for k in body_keys)  # each its own
+    assert results[-1].metrics["eval/accuracy"] > 0.2  # own extractors under one head; chance 0.1
