@@ -13,3 +13,4 @@ from fedray.algorithms.fedavg import FedAvg
 class Central(FedAvg):
     name = "central"
     pools_data = True
+    head_sharing = False  # one pooled model, nothing to keep at home

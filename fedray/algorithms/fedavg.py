@@ -17,12 +17,13 @@ and FedGen inherit it.
 
 from __future__ import annotations
 
-from typing import Callable, Literal
+from typing import Callable, ClassVar, Literal, Optional
 
 import numpy as np
 
 from fedray.algorithms.base import ClientAlgorithm, HeadUpload, Params, ServerContext, Strategy, shared, split_head
 from fedray.algorithms.helpers import group_by_arch, mean_client_loss, sample_weights
+from fedray.config import Config
 from fedray.messages import ClientUpdate, RoundPlan
 from fedray.weights import Weights, weighted_mean
 
@@ -37,6 +38,14 @@ class FedAvg(Strategy):
     Params = FedAvgParams
     Client = ClientAlgorithm  # theta_i <- SGD_E(theta, D_i); upload theta_i
     state_attrs = ("models", "bodies")
+    head_sharing: ClassVar[bool] = True  # whether share: head applies (a subclass that needs whole models says no)
+
+    @classmethod
+    def config_problem(cls, config: Config) -> Optional[str]:
+        if not cls.head_sharing and (config.algorithm.model_extra or {}).get("share", "all") != "all":
+            return (f"bad config value algorithm.share: {cls.name} needs whole models; "
+                    "share: head is for fedavg, fedprox, fedmmd and fedgen")
+        return None
 
     def __init__(self, params: FedAvgParams, ctx: ServerContext):
         super().__init__(params, ctx)

@@ -28,7 +28,6 @@ from pydantic import Field
 from fedray.algorithms.base import ClientAlgorithm, ServerContext, Trained, VirtualClient
 from fedray.algorithms.fedavg import FedAvg, FedAvgParams
 from fedray.algorithms.helpers import mean_client_loss
-from fedray.config import Config
 from fedray.messages import ClientTask, ClientUpdate, RoundPlan
 from fedray.training import ExtraLoss, Step
 from fedray.weights import SIMULATION, Weights
@@ -114,12 +113,7 @@ class FedDistillClient(ClientAlgorithm):
 
 class FedDistill(FedAvg):
     name = "feddistill"
-
-    @classmethod
-    def config_problem(cls, config: Config) -> Optional[str]:
-        if (config.algorithm.model_extra or {}).get("share", "all") != "all":
-            return f"bad config value algorithm.share: {cls.name} shares whole models; share: head is for fedavg, fedprox, fedmmd and fedgen"
-        return None
+    head_sharing = False  # scores or shares whole models
     Params = FedDistillParams
     Client = FedDistillClient
     state_attrs = ("models", "table", "scored")

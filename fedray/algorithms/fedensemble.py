@@ -6,7 +6,7 @@ trained). ``eval/accuracy`` is the ensemble's; ``eval/accuracy_global`` the aver
 
 from __future__ import annotations
 
-from typing import Callable, Optional
+from typing import Callable
 
 import numpy as np
 import torch
@@ -14,19 +14,13 @@ import torch
 from fedray.algorithms.base import ServerContext
 from fedray.algorithms.fedavg import FedAvg, FedAvgParams
 from fedray.distill.ensemble import predict_logits
-from fedray.config import Config
 from fedray.messages import ClientUpdate
 from fedray.weights import Weights, set_weights
 
 
 class FedEnsemble(FedAvg):
     name = "fedensemble"
-
-    @classmethod
-    def config_problem(cls, config: Config) -> Optional[str]:
-        if (config.algorithm.model_extra or {}).get("share", "all") != "all":
-            return f"bad config value algorithm.share: {cls.name} shares whole models; share: head is for fedavg, fedprox, fedmmd and fedgen"
-        return None
+    head_sharing = False  # scores or shares whole models
     Params = FedAvgParams
     state_attrs = ("models", "latest")
 

@@ -44,6 +44,7 @@ class FedOpt(FedAvg):
     name = "fedopt"
     Params = FedOptParams
     state_attrs = ("models", "moments")
+    head_sharing = False  # the server step moves whole models
 
     def __init__(self, params: FedOptParams, ctx: ServerContext):
         super().__init__(params, ctx)

@@ -15,6 +15,17 @@ from tests.integration.conftest import small_config
 pytestmark = pytest.mark.integration
 
 
+def run_on_ray(config, run_dir, check=None):
+    """All rounds in a server actor; the summary and the scalars read back from the event files.
+    ``check(server)`` runs before the first round."""
+    server = start_server(config, resolve(config), run_dir, resume=False)
+    if check is not None:
+        check(server)
+    for _ in range(config.federation.rounds):
+        ray.get(server.run_round.remote())
+    return ray.get(server.finish.remote()), read_scalars(run_dir)
+
+
 def test_feddf_two_architectures_both_improve_through_distillation_in_the_server_actor(local_ray, tmp_path):
     config = small_config(
         data={"partition": "dirichlet", "alpha": 0.3},
@@ -22,13 +33,11 @@ def test_feddf_two_architectures_both_improve_through_distillation_in_the_server
         algorithm={"name": "feddf", "distill": {"lr": 1e-3, "epochs": 2}},
         runtime={"actor_cpus": 0.5, "clients_per_actor": 5, "server_cpus": 0.5},
     )
-    server = start_server(config, resolve(config), tmp_path, resume=False)
-    assert ray.get(server.assigned_resources.remote()) == {"CPU": 0.5}  # its own request, apart from clients
-    for _ in range(config.federation.rounds):
-        ray.get(server.run_round.remote())
-    summary = ray.get(server.finish.remote())
+    def own_request(server):  # the server actor's own CPUs, apart from the clients'
+        assert ray.get(server.assigned_resources.remote()) == {"CPU": 0.5}
+
+    summary, scalars = run_on_ray(config, tmp_path, own_request)  # scalars read back from the event files
     assert summary["executor"]["actors"] == 2
-    scalars = read_scalars(tmp_path)  # read back from the TensorBoard event files
     for arch in ("mlp", "lenet5"):
         before = np.array([v for _, v in scalars[f"distill/accuracy_before/{arch}"]])
         after = np.array([v for _, v in scalars[f"distill/accuracy_after/{arch}"]])
@@ -49,11 +58,7 @@ def test_mrtf_refines_in_the_server_actor_on_the_test_inputs(local_ray, tmp_path
         algorithm={"name": "mrtf", "cluster_after": 2, "distill": {"steps": 150, "lr": 1e-3, "batch_size": 64}},
         runtime={"actor_cpus": 0.5, "clients_per_actor": 5, "server_cpus": 0.5},
     )
-    server = start_server(config, resolve(config), tmp_path, resume=False)
-    for _ in range(config.federation.rounds):
-        ray.get(server.run_round.remote())
-    summary = ray.get(server.finish.remote())
-    scalars = read_scalars(tmp_path)
+    summary, scalars = run_on_ray(config, tmp_path)
     aggregate = np.array([v for _, v in scalars["mrtf/accuracy_aggregate"]])
     refined = np.array([v for _, v in scalars["mrtf/accuracy_refined"]])
     assert len(refined) == 4 and [v for _, v in scalars["eval/accuracy"]] == pytest.approx(list(refined))
@@ -73,11 +78,7 @@ def test_fedgen_trains_one_generator_for_two_feature_extractors_in_the_server_ac
         algorithm={"name": "fedgen", "gen_steps": 100},
         runtime={"actor_cpus": 0.5, "clients_per_actor": 5, "server_cpus": 0.5},
     )
-    server = start_server(config, resolve(config), tmp_path, resume=False)
-    for _ in range(config.federation.rounds):
-        ray.get(server.run_round.remote())
-    summary = ray.get(server.finish.remote())
-    scalars = read_scalars(tmp_path)
+    summary, scalars = run_on_ray(config, tmp_path)
     made = [v for _, v in scalars["fedgen/accuracy"]]
     # measured 0.34, 0.59, 0.94, 0.97: the heads of both architectures come to call G(eps, y) y
     assert len(made) == 4 and made[-1] > 0.8, made
