@@ -51,7 +51,7 @@ def test_visitor_of_a_stateless_method_trains_on_its_own_shard(host_and_task):
 
 def test_visitor_of_a_stateful_method_is_refused(host_and_task, monkeypatch):
     host, task, weights, _ = host_and_task
-    monkeypatch.setattr(ClientAlgorithm, "stateful", True)
+    monkeypatch.setattr(host.algorithm, "stateful", True)  # this run's answer (ClientAlgorithm.keeps_state)
     with pytest.raises(ClientFailure, match="client 1 failed in round 1 during dispatch: client is not hosted here"):
         host.run(task, weights)
 
