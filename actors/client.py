@@ -9,7 +9,7 @@ import ray
 from ray.exceptions import RayActorError
 
 from actors.placement import alive_nodes, assign_clients
-from actors.pool import ClientPool
+from actors.pool import ClientPool, stop
 from fedray.clients import client_major
 from fedray.config import Config
 from fedray.experiment import Method
@@ -140,9 +140,7 @@ class RayExecutor:
                 "server_hosts_clients": any(slot.server for slot in self.slots)}
 
     def shutdown(self) -> None:
-        for slot, actor in zip(self.slots, self.actors):
-            if not slot.server:
-                ray.kill(actor)
+        stop(self.slots, self.actors)
 
     def _gather(self, futures: list, stage: str) -> list:
         return self._collect(lambda: ray.get(futures), stage)

@@ -127,13 +127,22 @@ def start_server(config: Config, method: Optional[Method], run_dir: Path, resume
         num_cpus=rt.server_request(hosts), num_gpus=rt.server_gpus,
         scheduling_strategy=NodeAffinitySchedulingStrategy(node_id=here, soft=False),
     ).remote(config, method, str(run_dir), resume, hosts)
-    unwrap(lambda: ray.get(server.start.remote()))
+    try:
+        unwrap(lambda: ray.get(server.start.remote()))
+    except BaseException:
+        ray.kill(server)  # its client actors are ended by ``start``
+        raise
     return server
 
 
 def ray_stepper(config: Config, method: Optional[Method], run_dir: Path, resume: bool) -> Stepper:
     started = connect(config.runtime)
-    server = start_server(config, method, run_dir, resume)
+    try:
+        server = start_server(config, method, run_dir, resume)
+    except BaseException:
+        if started:  # the actors are ended: stop Ray before its exit hook streams their teardown
+            ray.shutdown()
+        raise
 
     def finish() -> dict[str, Any]:
         summary = unwrap(lambda: ray.get(server.finish.remote()))

@@ -54,13 +54,18 @@ class ServerActor(HostActor):
         from fedray.federation import Federation
 
         config, method, run_dir, resume = self.args
-        method = method or resolve(config)
-        if self.launch_error is not None:
-            raise self.launch_error
-        # torch's thread count is per thread once set: Federation sets the server's in this thread,
-        # and when the server hosts clients, ClientHost sets a client actor's in the host thread
-        self.federation = Federation(config, run_dir, partial(RayExecutor, pool=self.pool), resume=resume,
-                                     tree_factory=tree_actor_factory(), method=method)
+        try:
+            method = method or resolve(config)
+            if self.launch_error is not None:
+                raise self.launch_error
+            # torch's thread count is per thread once set: Federation sets the server's in this thread,
+            # and when the server hosts clients, ClientHost sets a client actor's in the host thread
+            self.federation = Federation(config, run_dir, partial(RayExecutor, pool=self.pool), resume=resume,
+                                         tree_factory=tree_actor_factory(), method=method)
+        except BaseException:
+            if self.pool is not None:  # the run will not start: end its client actors now
+                self.pool.shutdown()
+            raise
         release_free_memory()  # what loading the data and putting it in the object store left
         return self.federation.round
 
