@@ -212,8 +212,9 @@ class Federation:
         out["time/eval_s"] = time.perf_counter() - start
         return out
 
-    def evaluate_model(self, arch: str, weights: Weights, group: int = 0) -> dict[str, float]:
-        """Accuracy and loss of ``weights`` on group ``group``'s test set (its label/rotation shift)."""
+    def evaluate_model(self, arch: str, weights: Weights, group: int = 0, per_class: bool = False) -> dict[str, Any]:
+        """Accuracy and loss of ``weights`` on group ``group``'s test set (its label/rotation shift);
+        ``per_class``: also each class's accuracy (``class_accuracy``)."""
         if arch not in self._eval_models:
             self._eval_models[arch] = self._build(arch).to(self.device)
         model = self._eval_models[arch]
@@ -225,7 +226,8 @@ class Federation:
             self._test_sets[group] = (torch.from_numpy(np.ascontiguousarray(x)).to(self.device),
                                       torch.from_numpy(np.ascontiguousarray(y)).to(self.device))
         x, y = self._test_sets[group]
-        return evaluate(model, x, y, self.config.federation.eval_batch_size)
+        return evaluate(model, x, y, self.config.federation.eval_batch_size,
+                        self.data.num_classes if per_class else 0)
 
     def _communication(self, plan: RoundPlan, updates: list[ClientUpdate]) -> dict[str, float]:
         sizes = {key: plan.sizes[key] if key in plan.sizes else nbytes(payload)

@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Callable, Iterator, Optional
+from typing import Any, Callable, Iterator, Optional
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 
@@ -119,18 +120,28 @@ def local_train(
 
 @torch.inference_mode()
 def evaluate(
-    model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor, batch_size: int = 256
-) -> dict[str, float]:
-    """Accuracy and mean cross-entropy of ``model`` on (x, y)."""
+    model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor, batch_size: int = 256, num_classes: int = 0
+) -> dict[str, Any]:
+    """Accuracy and mean cross-entropy of ``model`` on (x, y); with ``num_classes``, also
+    ``class_accuracy``: each class's accuracy (NaN for a class with no test sample)."""
     model.eval()
     correct, loss = 0, 0.0
+    hits = torch.zeros(num_classes, dtype=torch.long, device=y.device)
     for start in range(0, len(x), batch_size):
         logits = model(x[start:start + batch_size])
         target = y[start:start + batch_size]
         loss += float(F.cross_entropy(logits, target, reduction="sum"))
-        correct += int((logits.argmax(dim=1) == target).sum())
+        right = logits.argmax(dim=1) == target
+        correct += int(right.sum())
+        if num_classes:
+            hits += torch.bincount(target[right], minlength=num_classes)
     n = max(len(x), 1)
-    return {"accuracy": correct / n, "loss": loss / n}
+    out: dict[str, Any] = {"accuracy": correct / n, "loss": loss / n}
+    if num_classes:
+        totals = torch.bincount(y, minlength=num_classes).cpu().numpy()
+        with np.errstate(invalid="ignore", divide="ignore"):
+            out["class_accuracy"] = hits.cpu().numpy() / totals
+    return out
 
 
 def set_torch_threads(count: int) -> int:

@@ -11,13 +11,15 @@ McMahan et al. do. Averaging happens within an architecture: one global model pe
 
 ``share: head`` shares only the last, linear layer (FedGen's Table 4): each client keeps its own
 feature extractor in its state, the server averages and broadcasts the heads, and the score is the
-mean over the round's clients of their own extractor under the new global head. FedProx, FedMMD
+mean over the round's clients of their own extractor under the new global head: on the whole test
+set (``eval/accuracy``) and on test data of each client's own labels (``eval/personal_accuracy``,
+Table 4's measure: class accuracies weighted by the client's label counts). FedProx, FedMMD
 and FedGen inherit it.
 """
 
 from __future__ import annotations
 
-from typing import Callable, ClassVar, Literal, Optional
+from typing import Any, Callable, ClassVar, Literal, Optional
 
 import numpy as np
 
@@ -63,12 +65,27 @@ class FedAvg(Strategy):
             mean = weighted_mean([shared(u.payload) for u in group], sample_weights(group, self.params.weighted))
             self.models[arch] = {**self.models[arch], **mean}
         if self.params.share == "head":
-            self.bodies = [(u.arch, u.payload.body) for u in updates if isinstance(u.payload, HeadUpload)]
+            self.bodies = [(u.client_id, u.arch, u.payload.body) for u in updates if isinstance(u.payload, HeadUpload)]
         return mean_client_loss(updates)
 
-    def evaluate(self, evaluate_model: Callable[[str, Weights, int], dict[str, float]]) -> dict[str, float]:
+    def evaluate(self, evaluate_model: Callable[..., dict[str, Any]]) -> dict[str, float]:
         if self.params.share == "all" or not self.bodies:
             return super().evaluate(evaluate_model)
-        scores = [evaluate_model(arch, {**body, **split_head(self.models[arch])[0]}, 0) for arch, body in self.bodies]
-        return {"eval/accuracy": float(np.mean([s["accuracy"] for s in scores])),
-                "eval/loss": float(np.mean([s["loss"] for s in scores]))}
+        scores = [evaluate_model(arch, {**body, **split_head(self.models[arch])[0]}, 0, per_class=True)
+                  for _, arch, body in self.bodies]
+        out = {"eval/accuracy": float(np.mean([s["accuracy"] for s in scores])),
+               "eval/loss": float(np.mean([s["loss"] for s in scores]))}
+        if self.ctx.label_counts is not None:
+            out["eval/personal_accuracy"] = float(np.mean([
+                personal_accuracy(s["class_accuracy"], self.ctx.label_counts[cid])
+                for (cid, _, _), s in zip(self.bodies, scores)]))
+        return out
+
+
+def personal_accuracy(class_accuracy: np.ndarray, label_counts: np.ndarray) -> float:
+    """The accuracy expected on test data drawn with a client's own label distribution (FedGen's
+    Table 4 scores each user on test data of its labels): its class accuracies weighted by its
+    label counts, over the classes the test set has."""
+    present = ~np.isnan(class_accuracy)
+    weights = np.where(present, label_counts, 0).astype(float)
+    return float(np.dot(weights / weights.sum(), np.nan_to_num(class_accuracy))) if weights.sum() else float("nan")

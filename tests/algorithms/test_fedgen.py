@@ -9,6 +9,7 @@ import torch
 import torch.nn.functional as F
 
 from fedray.algorithms.base import VirtualClient
+from fedray.algorithms.fedavg import personal_accuracy
 from fedray.algorithms.fedgen import FedGenUpload, seen_labels
 from fedray.clients import LocalExecutor
 from fedray.config import ConfigError, build_config
@@ -18,7 +19,7 @@ from fedray.experiment import resolve
 from fedray.federation import Federation
 from fedray.messages import ClientSpec, ClientTask, ClientUpdate
 from fedray.models import create_model
-from fedray.training import batch_indices
+from fedray.training import batch_indices, evaluate
 from fedray.weights import get_weights, nbytes, set_weights
 from tests.support import make_strategy
 from tests.test_federation import digits
@@ -195,7 +196,28 @@ def test_sharing_only_the_head_keeps_each_feature_extractor_at_home(tmp_path, na
     server = fed.strategy.models["mlp"]
     assert all(np.array_equal(server[k], initial[k]) for k in body_keys)  # the server never sees a body
     assert any(not np.array_equal(server[k], initial[k]) for k in ("classifier.weight", "classifier.bias"))
-    bodies = [b for _, b in fed.strategy.bodies]
+    bodies = [b for _, _, b in fed.strategy.bodies]
     assert len(bodies) == 5 and all(set(b) == set(body_keys) for b in bodies)
     assert any(not np.array_equal(bodies[0][k], bodies[1][k]) for k in body_keys)  # each its own
     assert results[-1].metrics["eval/accuracy"] > 0.2  # own extractors under one head; chance 0.1
+    # Table 4's measure: each client's class accuracies weighted by its own label counts
+    head_now = {k: fed.strategy.models["mlp"][k] for k in ("classifier.weight", "classifier.bias")}
+    personal = []
+    for cid, arch, body in fed.strategy.bodies:
+        per_class = fed.evaluate_model(arch, {**body, **head_now}, per_class=True)["class_accuracy"]
+        counts = fed.counts[cid]
+        assert counts.sum() == fed.clients[cid].num_samples
+        personal.append(np.dot(counts, per_class) / counts.sum())
+    assert results[-1].metrics["eval/personal_accuracy"] == pytest.approx(np.mean(personal), abs=1e-12)
+
+
+def test_class_accuracies_and_a_clients_personal_accuracy_by_hand():
+    logits_are_x = torch.nn.Identity()
+    x = torch.tensor([[1.0, 0, 0], [0, 1, 0], [1, 0, 0], [0, 0, 1]])
+    scores = evaluate(logits_are_x, x, torch.tensor([0, 1, 1, 2]), batch_size=3, num_classes=4)
+    assert scores["accuracy"] == 0.75
+    assert np.array_equal(scores["class_accuracy"][:3], [1.0, 0.5, 1.0]) and np.isnan(scores["class_accuracy"][3])
+    # a class the test set lacks (3) drops out; the rest weigh by the client's counts 2:6:4 -> 2:6:0 for [1, .5, nan]
+    assert personal_accuracy(np.array([1.0, 0.5, np.nan]), np.array([2, 6, 4])) == 0.625
+    assert personal_accuracy(np.array([1.0, 0.5, 1.0, np.nan]), np.array([0, 0, 0, 5])) != personal_accuracy(
+        np.array([1.0, 0.5, 1.0, np.nan]), np.array([0, 0, 0, 5]))  # NaN: no class of its in the test set
