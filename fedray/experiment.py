@@ -66,6 +66,9 @@ def resolve(config: Config) -> Method:
         params = strategy.Params(**config.algorithm.model_dump(exclude={"name"}))
     except ValidationError as err:
         raise ConfigError(format_error(err, prefix="algorithm.")) from None
+    if getattr(params, "share", "all") != "all" and not strategy.head_sharing:
+        raise ConfigError(f"bad config value algorithm.share: {name} needs whole models; share: head is for "
+                          + ", ".join(sorted(n for n, s in ALGORITHMS.items() if s.head_sharing)))
     problem = strategy.config_problem(config)
     if problem:
         raise ConfigError(problem)

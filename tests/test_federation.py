@@ -102,14 +102,16 @@ def test_proximal_term_keeps_clients_near_the_global_model(tmp_path):
                                        {"name": "mrtf", "cluster_after": 2, "distill": {"steps": 30}},
                                        {"name": "mrtf", "weights": "code", "ema": True, "std": "batch",
                                         "distill": {"steps": 30, "schedule": "cosine"}},
-                                       {"name": "fedgen", "gen_steps": 10}, {"name": "fedgen", "gen_steps": 10, "share": "head"}],
+                                       {"name": "fedgen", "gen_steps": 10}, {"name": "fedgen", "gen_steps": 10, "share": "head"},
+                                       {"name": "feddistill", "share_models": True, "share": "head"},
+                                       {"name": "feddf", "share": "head", "distill": {"steps": 5}}],
                          ids=lambda a: a["name"] + ("_code" if a.get("ema") else "") + ("_head" if a.get("share") else ""))
 def test_local_resume_matches_uninterrupted_run(tmp_path, algorithm):
     """Also SCAFFOLD's control variates (the clients' c_i and the server's c), FedOpt's moments and
     MrTF's refined models, its loss history and last targets (the code's rules), and FedGen's generator,
     its Adam moments and the label prior, and with share: head every client's own feature extractor,
     come back from the checkpoint."""
-    config = digits(algorithm["name"], 4, checkpoint_every=2)
+    config = digits(algorithm["name"], 4, checkpoint_every=2, **({"aux": {"size": 200}} if algorithm["name"] == "feddf" else {}))
     config = build_config({**config.to_dict(), "algorithm": algorithm})
     whole, _ = run(config, tmp_path / "a")
     part, _ = run(config, tmp_path / "b", rounds=2)

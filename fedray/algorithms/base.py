@@ -246,7 +246,8 @@ class Strategy(ABC):
     Subclasses set ``name``, ``Params`` and ``Client`` and override hooks. ``pools_data`` makes the
     loop give each architecture one client holding the pooled training data (central baseline).
     ``config_problem`` says what a config lacks for the method (``resolve`` reports it).
-    ``state_attrs`` names the attributes a checkpoint holds.
+    ``state_attrs`` names the attributes a checkpoint holds. ``head_sharing``: the method shares
+    only the heads when its params say ``share: head`` (FedGen's Table 4).
     """
 
     name: ClassVar[str]
@@ -254,6 +255,7 @@ class Strategy(ABC):
     Client: ClassVar[type[ClientAlgorithm]] = ClientAlgorithm
     pools_data: ClassVar[bool] = False
     state_attrs: ClassVar[tuple[str, ...]] = ("models",)
+    head_sharing: ClassVar[bool] = False  # whether its ``share: head`` may be set (``resolve`` checks)
 
     def __init__(self, params: Params, ctx: ServerContext):
         self.params = params

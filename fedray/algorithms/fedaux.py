@@ -70,6 +70,7 @@ class FedAUXClient(FedDFClient):
 
 class FedAUX(FedDF):
     name = "fedaux"
+    head_sharing = False  # share: head is FedDF's alone
     Params = FedAUXParams
     Client = FedAUXClient
     state_attrs = ("models", "scores", "test_scores")

@@ -19,13 +19,12 @@ and FedGen inherit it.
 
 from __future__ import annotations
 
-from typing import Any, Callable, ClassVar, Literal, Optional
+from typing import Any, Callable, Literal, Optional
 
 import numpy as np
 
 from fedray.algorithms.base import ClientAlgorithm, HeadUpload, Params, ServerContext, Strategy, shared, split_head
 from fedray.algorithms.helpers import group_by_arch, mean_client_loss, sample_weights
-from fedray.config import Config
 from fedray.messages import ClientUpdate, RoundPlan
 from fedray.weights import Weights, weighted_mean
 
@@ -40,14 +39,7 @@ class FedAvg(Strategy):
     Params = FedAvgParams
     Client = ClientAlgorithm  # theta_i <- SGD_E(theta, D_i); upload theta_i
     state_attrs = ("models", "bodies")
-    head_sharing: ClassVar[bool] = True  # whether share: head applies (a subclass that needs whole models says no)
-
-    @classmethod
-    def config_problem(cls, config: Config) -> Optional[str]:
-        if not cls.head_sharing and (config.algorithm.model_extra or {}).get("share", "all") != "all":
-            return (f"bad config value algorithm.share: {cls.name} needs whole models; "
-                    "share: head is for fedavg, fedprox, fedmmd and fedgen")
-        return None
+    head_sharing = True  # a subclass that needs whole models says no
 
     def __init__(self, params: FedAvgParams, ctx: ServerContext):
         super().__init__(params, ctx)
@@ -55,10 +47,7 @@ class FedAvg(Strategy):
 
     def configure_round(self, round: int) -> RoundPlan:
         plan = super().configure_round(round)
-        if self.params.share == "all":
-            return plan
-        heads = {key: split_head(value)[0] for key, value in plan.broadcast.items() if key.startswith("model/")}
-        return RoundPlan(tasks=plan.tasks, broadcast={**plan.broadcast, **heads}, sizes=plan.sizes)
+        return plan if self.params.share == "all" else heads_only(plan)
 
     def aggregate(self, round: int, updates: list[ClientUpdate]) -> dict[str, float]:
         for arch, group in group_by_arch(updates).items():
@@ -71,15 +60,27 @@ class FedAvg(Strategy):
     def evaluate(self, evaluate_model: Callable[..., dict[str, Any]]) -> dict[str, float]:
         if self.params.share == "all" or not self.bodies:
             return super().evaluate(evaluate_model)
-        scores = [evaluate_model(arch, {**body, **split_head(self.models[arch])[0]}, 0, per_class=True)
-                  for _, arch, body in self.bodies]
-        out = {"eval/accuracy": float(np.mean([s["accuracy"] for s in scores])),
-               "eval/loss": float(np.mean([s["loss"] for s in scores]))}
-        if self.ctx.label_counts is not None:
-            out["eval/personal_accuracy"] = float(np.mean([
-                personal_accuracy(s["class_accuracy"], self.ctx.label_counts[cid])
-                for (cid, _, _), s in zip(self.bodies, scores)]))
-        return out
+        return score_bodies(evaluate_model, self.models, self.bodies, self.ctx.label_counts)
+
+
+def heads_only(plan: RoundPlan) -> RoundPlan:
+    """``plan`` with each broadcast model cut to its head (``share: head``)."""
+    heads = {key: split_head(value)[0] for key, value in plan.broadcast.items() if key.startswith("model/")}
+    return RoundPlan(tasks=plan.tasks, broadcast={**plan.broadcast, **heads}, sizes=plan.sizes)
+
+
+def score_bodies(evaluate_model: Callable[..., dict[str, Any]], models: dict[str, Weights],
+                 bodies: list[tuple[int, str, Weights]], label_counts: Optional[np.ndarray]) -> dict[str, float]:
+    """``share: head``'s scores: each (client, arch, feature extractor) of ``bodies`` under the global
+    head of its architecture, on the whole test set and, given the clients' label counts, on test
+    data of its own labels; the means over ``bodies``."""
+    scores = [evaluate_model(arch, {**body, **split_head(models[arch])[0]}, 0, per_class=True) for _, arch, body in bodies]
+    out = {"eval/accuracy": float(np.mean([s["accuracy"] for s in scores])),
+           "eval/loss": float(np.mean([s["loss"] for s in scores]))}
+    if label_counts is not None:
+        out["eval/personal_accuracy"] = float(np.mean([personal_accuracy(s["class_accuracy"], label_counts[cid])
+                                                       for (cid, _, _), s in zip(bodies, scores)]))
+    return out
 
 
 def personal_accuracy(class_accuracy: np.ndarray, label_counts: np.ndarray) -> float:

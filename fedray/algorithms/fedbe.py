@@ -33,6 +33,7 @@ class FedBEParams(FedDFParams):
 
 class FedBE(FedDF):
     name = "fedbe"
+    head_sharing = False  # share: head is FedDF's alone
     Params = FedBEParams
 
     def extra_teachers(self, round: int, groups: dict[str, list[ClientUpdate]]) -> list[tuple[str, Weights]]:

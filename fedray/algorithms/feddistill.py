@@ -10,7 +10,8 @@ the label into a table t[y]; each user then trains its own model with
 (the authors' code, reg = 1; samples of a label no user reported carry no second term). Its
 models stay on the users (kept in their state); the server evaluates this round's users' models,
 which travel only to be scored (their bytes are not counted). FedDistill+ (``share_models:
-true``, the code's FedDistill-FL) also averages the models as FedAvg does, and broadcasts both.
+true``, the code's FedDistill-FL) also averages the models as FedAvg does, and broadcasts both;
+with ``share: head`` (Table 4) only the heads, each user keeping its own feature extractor.
 The code's tracker accumulates logits over all rounds and averages a user's empty labels in as
 zero vectors; here each round's vectors are the round's, and a user without a label has none.
 """
@@ -28,6 +29,7 @@ from pydantic import Field
 from fedray.algorithms.base import ClientAlgorithm, ServerContext, Trained, VirtualClient
 from fedray.algorithms.fedavg import FedAvg, FedAvgParams
 from fedray.algorithms.helpers import mean_client_loss
+from fedray.config import Config
 from fedray.messages import ClientTask, ClientUpdate, RoundPlan
 from fedray.training import ExtraLoss, Step
 from fedray.weights import SIMULATION, Weights
@@ -45,7 +47,7 @@ class LogitUpload:
 
     logits: np.ndarray
     counts: np.ndarray
-    weights: Weights
+    weights: Any  # Weights, or with ``share: head`` a HeadUpload
 
 
 @dataclass
@@ -76,6 +78,7 @@ class FedDistillClient(ClientAlgorithm):
     def receive(self, task: ClientTask, downloads: tuple[Any, ...], client: VirtualClient) -> Weights:
         if self.params.share_models:
             theta, table = downloads
+            theta = self.own_model(task, theta, client)
         else:
             (table,) = downloads
             theta = client.state.get("model") or self.initial(task.arch)
@@ -106,17 +109,24 @@ class FedDistillClient(ClientAlgorithm):
         _, _, sums, counts = self._round.pop(task.client_id)
         means = (sums / np.maximum(counts, 1)[:, None]).astype(np.float32)
         if self.params.share_models:
-            return LogitUpload(means, counts, local.weights)
+            return LogitUpload(means, counts, self.share_weights(local.weights, client))
         client.state["model"] = local.weights
         return PrivateModelUpload(means, counts, local.weights)
 
 
 class FedDistill(FedAvg):
     name = "feddistill"
-    head_sharing = False  # scores or shares whole models
     Params = FedDistillParams
     Client = FedDistillClient
-    state_attrs = ("models", "table", "scored")
+    state_attrs = ("models", "bodies", "table", "scored")
+
+    @classmethod
+    def config_problem(cls, config: Config) -> Optional[str]:
+        extra = config.algorithm.model_extra or {}
+        if extra.get("share", "all") != "all" and not extra.get("share_models", False):
+            return ("bad config value algorithm.share: FedDistill shares no model, so no head; "
+                    "share: head needs share_models: true (FedDistill+)")
+        return None
 
     def __init__(self, params: FedDistillParams, ctx: ServerContext):
         super().__init__(params, ctx)

@@ -221,3 +221,48 @@ def test_class_accuracies_and_a_clients_personal_accuracy_by_hand():
     assert personal_accuracy(np.array([1.0, 0.5, np.nan]), np.array([2, 6, 4])) == 0.625
     assert personal_accuracy(np.array([1.0, 0.5, 1.0, np.nan]), np.array([0, 0, 0, 5])) != personal_accuracy(
         np.array([1.0, 0.5, 1.0, np.nan]), np.array([0, 0, 0, 5]))  # NaN: no class of its in the test set
+
+
+@pytest.mark.parametrize("name", ["feddistill_plus", "feddfusion"])
+def test_table4_baselines_broadcast_only_heads_and_keep_each_feature_extractor_at_home(tmp_path, name):
+    """Table 4's FedDistill+ (heads and the logit table shared) and FedDFusion (whole models up, the
+    server averages and distils them, heads down): every client keeps its own extractor."""
+    algorithm = {"feddistill_plus": {"name": "feddistill", "share_models": True, "share": "head"},
+                 "feddfusion": {"name": "feddf", "share": "head", "log_before": False, "log_ensemble": False,
+                                "distill": {"steps": 5}}}[name]
+    cfg = digits("fedavg", 3, federation={"model_options": {"mlp": {"hidden": [32, 16]}}}, aux={"size": 200})
+    cfg = build_config({**cfg.to_dict(), "algorithm": algorithm})
+    fed = Federation(cfg, tmp_path, LocalExecutor)
+    results = [fed.run_round() for _ in range(3)]
+    initial = fed.strategy.ctx.initial("mlp")
+    head_keys = ("classifier.weight", "classifier.bias")
+    body_keys = [k for k in initial if k not in head_keys]
+    head = 16 * 10 * 4 + 10 * 4
+    model = sum(v.nbytes for v in initial.values())
+    if name == "feddistill_plus":  # heads and the (C, C) float32 logit table with its (C,) bool mask down
+        assert all(r.metrics["comm/bytes_up"] == 5 * (head + 10 * 10 * 4 + 10 * 8) for r in results)
+        assert results[0].metrics["comm/bytes_down"] == 5 * head  # no table before round one's
+        assert results[-1].metrics["comm/bytes_down"] == 5 * (head + 10 * 10 * 4 + 10)
+        server_body_moves = False
+    else:  # whole models and 200 logit rows up, heads down
+        assert all(r.metrics["comm/bytes_up"] == 5 * (model + 200 * 10 * 4) for r in results)
+        assert all(r.metrics["comm/bytes_down"] == 5 * head for r in results)
+        server_body_moves = True
+    server = fed.strategy.models["mlp"]
+    assert any(not np.array_equal(server[k], initial[k]) for k in body_keys) == server_body_moves
+    bodies = {cid: b for cid, _, b in fed.strategy.bodies}
+    assert len(bodies) == 5 and all(set(b) == set(body_keys) for b in bodies.values())
+    for cid, body in bodies.items():  # the client's state holds the extractor the server scored
+        kept = fed.executor.client_states()[cid]["body"]
+        assert all(np.array_equal(kept[k], body[k]) for k in body_keys)
+    assert results[-1].metrics["eval/accuracy"] > 0.2 and results[-1].metrics["eval/personal_accuracy"] > 0.2
+
+
+@pytest.mark.parametrize("algorithm, message", [
+    ({"name": "feddistill", "share": "head"}, "share: head needs share_models: true"),
+    ({"name": "fedbe", "share": "head"}, "fedbe needs whole models; share: head is for fedavg, feddf, feddistill, fedgen, fedmmd, fedprox$"),
+    ({"name": "fedaux", "share": "head"}, "fedaux needs whole models")])
+def test_share_head_is_refused_where_a_method_needs_whole_models(algorithm, message):
+    cfg = digits("fedavg", 1, aux={"size": 200})
+    with pytest.raises(ConfigError, match=message):
+        resolve(build_config({**cfg.to_dict(), "algorithm": algorithm}))
