@@ -74,12 +74,20 @@ def score_bodies(evaluate_model: Callable[..., dict[str, Any]], models: dict[str
     """``share: head``'s scores: each (client, arch, feature extractor) of ``bodies`` under the global
     head of its architecture, on the whole test set and, given the clients' label counts, on test
     data of its own labels; the means over ``bodies``."""
-    scores = [evaluate_model(arch, {**body, **split_head(models[arch])[0]}, 0, per_class=True) for _, arch, body in bodies]
+    return score_own_models(evaluate_model, [(cid, arch, {**body, **split_head(models[arch])[0]})
+                                             for cid, arch, body in bodies], label_counts)
+
+
+def score_own_models(evaluate_model: Callable[..., dict[str, Any]], owned: list[tuple[int, str, Weights]],
+                     label_counts: Optional[np.ndarray]) -> dict[str, float]:
+    """The mean scores of clients' own models, (client, arch, weights) each: on the whole test set
+    and, given the clients' label counts, on test data of each one's labels."""
+    scores = [evaluate_model(arch, weights, 0, per_class=True) for _, arch, weights in owned]
     out = {"eval/accuracy": float(np.mean([s["accuracy"] for s in scores])),
            "eval/loss": float(np.mean([s["loss"] for s in scores]))}
     if label_counts is not None:
         out["eval/personal_accuracy"] = float(np.mean([personal_accuracy(s["class_accuracy"], label_counts[cid])
-                                                       for (cid, _, _), s in zip(bodies, scores)]))
+                                                       for (cid, _, _), s in zip(owned, scores)]))
     return out
 
 

@@ -9,7 +9,8 @@ the label into a table t[y]; each user then trains its own model with
 
 (the authors' code, reg = 1; samples of a label no user reported carry no second term). Its
 models stay on the users (kept in their state); the server evaluates this round's users' models,
-which travel only to be scored (their bytes are not counted). FedDistill+ (``share_models:
+which travel only to be scored (their bytes are not counted), on the whole test set and on test
+data of each user's labels (``eval/personal_accuracy``, as FedGen scores it). FedDistill+ (``share_models:
 true``, the code's FedDistill-FL) also averages the models as FedAvg does, and broadcasts both;
 with ``share: head`` (Table 4) only the heads, each user keeping its own feature extractor.
 The code's tracker accumulates logits over all rounds and averages a user's empty labels in as
@@ -27,7 +28,7 @@ import torch.nn.functional as F
 from pydantic import Field
 
 from fedray.algorithms.base import ClientAlgorithm, ServerContext, Trained, VirtualClient
-from fedray.algorithms.fedavg import FedAvg, FedAvgParams
+from fedray.algorithms.fedavg import FedAvg, FedAvgParams, score_own_models
 from fedray.algorithms.helpers import mean_client_loss
 from fedray.config import Config
 from fedray.messages import ClientTask, ClientUpdate, RoundPlan
@@ -131,7 +132,7 @@ class FedDistill(FedAvg):
     def __init__(self, params: FedDistillParams, ctx: ServerContext):
         super().__init__(params, ctx)
         self.table: Optional[dict[str, np.ndarray]] = None  # {"logits": (C, C), "have": (C,)} after round one
-        self.scored: list[tuple[str, Weights]] = []  # FedDistill: this round's users' own models
+        self.scored: list[tuple[int, str, Weights]] = []  # FedDistill: this round's users' own models
 
     def configure_round(self, round: int) -> RoundPlan:
         plan = super().configure_round(round)
@@ -145,13 +146,11 @@ class FedDistill(FedAvg):
         self.table = {"logits": table, "have": have}
         if self.params.share_models:
             return super().aggregate(round, [replace(u, payload=u.payload.weights) for u in updates])
-        self.scored = [(u.arch, u.payload.weights) for u in updates]
+        self.scored = [(u.client_id, u.arch, u.payload.weights) for u in updates]
         return mean_client_loss(updates)
 
     def evaluate(self, evaluate_model: Callable[[str, Weights, int], dict[str, float]]) -> dict[str, float]:
         if self.params.share_models or not self.scored:
             return super().evaluate(evaluate_model)
         # FedDistill has no global model: the mean over this round's users of their own model's score
-        scores = [evaluate_model(arch, weights, 0) for arch, weights in self.scored]
-        return {"eval/accuracy": float(np.mean([s["accuracy"] for s in scores])),
-                "eval/loss": float(np.mean([s["loss"] for s in scores]))}
+        return score_own_models(evaluate_model, self.scored, self.ctx.label_counts)
