@@ -214,7 +214,7 @@ class Federation:
 
     def evaluate_model(self, arch: str, weights: Weights, group: int = 0, per_class: bool = False) -> dict[str, Any]:
         """Accuracy and loss of ``weights`` on group ``group``'s test set (its label/rotation shift);
-        ``per_class``: also each class's accuracy (``class_accuracy``)."""
+        ``per_class``: also each class's ``class_correct`` and ``class_total``."""
         if arch not in self._eval_models:
             self._eval_models[arch] = self._build(arch).to(self.device)
         model = self._eval_models[arch]

@@ -11,7 +11,6 @@ import math
 from dataclasses import dataclass
 from typing import Any, Callable, Iterator, Optional
 
-import numpy as np
 import torch
 import torch.nn.functional as F
 
@@ -122,8 +121,8 @@ def local_train(
 def evaluate(
     model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor, batch_size: int = 256, num_classes: int = 0
 ) -> dict[str, Any]:
-    """Accuracy and mean cross-entropy of ``model`` on (x, y); with ``num_classes``, also
-    ``class_accuracy``: each class's accuracy (NaN for a class with no test sample)."""
+    """Accuracy and mean cross-entropy of ``model`` on (x, y); with ``num_classes``, also each
+    class's ``class_correct`` and ``class_total`` (integer arrays)."""
     model.eval()
     correct, loss = 0, 0.0
     hits = torch.zeros(num_classes, dtype=torch.long, device=y.device)
@@ -138,9 +137,8 @@ def evaluate(
     n = max(len(x), 1)
     out: dict[str, Any] = {"accuracy": correct / n, "loss": loss / n}
     if num_classes:
-        totals = torch.bincount(y, minlength=num_classes).cpu().numpy()
-        with np.errstate(invalid="ignore", divide="ignore"):
-            out["class_accuracy"] = hits.cpu().numpy() / totals
+        out["class_correct"] = hits.cpu().numpy()
+        out["class_total"] = torch.bincount(y, minlength=num_classes).cpu().numpy()
     return out
 
 

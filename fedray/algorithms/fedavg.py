@@ -11,9 +11,9 @@ McMahan et al. do. Averaging happens within an architecture: one global model pe
 
 ``share: head`` shares only the last, linear layer (FedGen's Table 4): each client keeps its own
 feature extractor in its state, the server averages and broadcasts the heads, and the score is the
-mean over the round's clients of their own extractor under the new global head: on the whole test
-set (``eval/accuracy``) and on test data of each client's own labels (``eval/personal_accuracy``,
-Table 4's measure: class accuracies weighted by the client's label counts). FedProx, FedMMD
+mean over the round's clients of their own extractor under the new global head on the whole test
+set (``eval/accuracy``, the paper's "all testing dataset"), and ``eval/personal_accuracy``, the
+authors' code's: each client on test samples of the labels it holds. FedProx, FedMMD
 and FedGen inherit it.
 """
 
@@ -80,21 +80,25 @@ def score_bodies(evaluate_model: Callable[..., dict[str, Any]], models: dict[str
 
 def score_own_models(evaluate_model: Callable[..., dict[str, Any]], owned: list[tuple[int, str, Weights]],
                      label_counts: Optional[np.ndarray]) -> dict[str, float]:
-    """The mean scores of clients' own models, (client, arch, weights) each: on the whole test set
-    and, given the clients' label counts, on test data of each one's labels."""
+    """The scores of clients' own models, (client, arch, weights) each: the means of their scores
+    on the whole test set (the paper's "all testing dataset") and, given the clients' label counts,
+    ``eval/personal_accuracy`` (:func:`personal_accuracy`)."""
     scores = [evaluate_model(arch, weights, 0, per_class=True) for _, arch, weights in owned]
     out = {"eval/accuracy": float(np.mean([s["accuracy"] for s in scores])),
            "eval/loss": float(np.mean([s["loss"] for s in scores]))}
     if label_counts is not None:
-        out["eval/personal_accuracy"] = float(np.mean([personal_accuracy(s["class_accuracy"], label_counts[cid])
-                                                       for (cid, _, _), s in zip(owned, scores)]))
+        out["eval/personal_accuracy"] = personal_accuracy(scores, [label_counts[cid] for cid, _, _ in owned])
     return out
 
 
-def personal_accuracy(class_accuracy: np.ndarray, label_counts: np.ndarray) -> float:
-    """The accuracy expected on test data drawn with a client's own label distribution (FedGen's
-    Table 4 scores each user on test data of its labels): its class accuracies weighted by its
-    label counts, over the classes the test set has."""
-    present = ~np.isnan(class_accuracy)
-    weights = np.where(present, label_counts, 0).astype(float)
-    return float(np.dot(weights / weights.sum(), np.nan_to_num(class_accuracy))) if weights.sum() else float("nan")
+def personal_accuracy(scores: list[dict[str, Any]], label_counts: list[np.ndarray]) -> float:
+    """FedGen's authors' code's measure for users' own models: each user is tested on the test
+    samples of the labels it holds, and the accuracy is that of the union of those test sets. (The
+    code gives each user a disjoint 1/20 of those classes' test samples; taking all of them has the
+    same expectation and no sampling noise.) ``scores``: per user, ``class_correct`` and
+    ``class_total`` (``evaluate`` with ``num_classes``); ``label_counts``: per user, its training
+    label counts."""
+    held = [np.asarray(c) > 0 for c in label_counts]
+    correct = sum(int(s["class_correct"][h].sum()) for s, h in zip(scores, held))
+    total = sum(int(s["class_total"][h].sum()) for s, h in zip(scores, held))
+    return correct / total if total else float("nan")

@@ -10,7 +10,7 @@ the label into a table t[y]; each user then trains its own model with
 (the authors' code, reg = 1; samples of a label no user reported carry no second term). Its
 models stay on the users (kept in their state); the server evaluates this round's users' models,
 which travel only to be scored (their bytes are not counted), on the whole test set and on test
-data of each user's labels (``eval/personal_accuracy``, as FedGen scores it). FedDistill+ (``share_models:
+samples of the labels each user holds (``eval/personal_accuracy``, the authors' code's measure). FedDistill+ (``share_models:
 true``, the code's FedDistill-FL) also averages the models as FedAvg does, and broadcasts both;
 with ``share: head`` (Table 4) only the heads, each user keeping its own feature extractor.
 The code's tracker accumulates logits over all rounds and averages a user's empty labels in as

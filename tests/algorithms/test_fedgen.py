@@ -200,27 +200,33 @@ def test_sharing_only_the_head_keeps_each_feature_extractor_at_home(tmp_path, na
     assert len(bodies) == 5 and all(set(b) == set(body_keys) for b in bodies)
     assert any(not np.array_equal(bodies[0][k], bodies[1][k]) for k in body_keys)  # each its own
     assert results[-1].metrics["eval/accuracy"] > 0.2  # own extractors under one head; chance 0.1
-    # Table 4's measure: each client's class accuracies weighted by its own label counts
+    # the authors' code's measure: each client on the test samples of the labels it holds, pooled
     head_now = {k: fed.strategy.models["mlp"][k] for k in ("classifier.weight", "classifier.bias")}
-    personal = []
+    test_y = fed.strategy.ctx.test_y
+    correct = total = 0
     for cid, arch, body in fed.strategy.bodies:
-        per_class = fed.evaluate_model(arch, {**body, **head_now}, per_class=True)["class_accuracy"]
-        counts = fed.counts[cid]
-        assert counts.sum() == fed.clients[cid].num_samples
-        personal.append(np.dot(counts, per_class) / counts.sum())
-    assert results[-1].metrics["eval/personal_accuracy"] == pytest.approx(np.mean(personal), abs=1e-12)
+        model = fed._build(arch)
+        set_weights(model, {**body, **head_now})
+        held = np.flatnonzero(fed.counts[cid])
+        assert fed.counts[cid].sum() == fed.clients[cid].num_samples
+        mine = np.isin(test_y, held)
+        with torch.no_grad():
+            predicted = model.eval()(torch.from_numpy(fed.strategy.ctx.test_x[mine])).argmax(1).numpy()
+        correct, total = correct + int((predicted == test_y[mine]).sum()), total + int(mine.sum())
+    assert results[-1].metrics["eval/personal_accuracy"] == correct / total
 
 
-def test_class_accuracies_and_a_clients_personal_accuracy_by_hand():
+def test_class_counts_and_the_personal_accuracy_by_hand():
     logits_are_x = torch.nn.Identity()
     x = torch.tensor([[1.0, 0, 0], [0, 1, 0], [1, 0, 0], [0, 0, 1]])
     scores = evaluate(logits_are_x, x, torch.tensor([0, 1, 1, 2]), batch_size=3, num_classes=4)
     assert scores["accuracy"] == 0.75
-    assert np.array_equal(scores["class_accuracy"][:3], [1.0, 0.5, 1.0]) and np.isnan(scores["class_accuracy"][3])
-    # a class the test set lacks (3) drops out; the rest weigh by the client's counts 2:6:4 -> 2:6:0 for [1, .5, nan]
-    assert personal_accuracy(np.array([1.0, 0.5, np.nan]), np.array([2, 6, 4])) == 0.625
-    assert personal_accuracy(np.array([1.0, 0.5, 1.0, np.nan]), np.array([0, 0, 0, 5])) != personal_accuracy(
-        np.array([1.0, 0.5, 1.0, np.nan]), np.array([0, 0, 0, 5]))  # NaN: no class of its in the test set
+    assert scores["class_correct"].tolist() == [1, 1, 1, 0] and scores["class_total"].tolist() == [1, 2, 1, 0]
+    a = {"class_correct": np.array([8, 3, 0]), "class_total": np.array([10, 10, 10])}
+    b = {"class_correct": np.array([1, 9, 6]), "class_total": np.array([10, 10, 10])}
+    # user a holds labels 0 and 2 (one sample is enough), b holds 1: (8 + 0 + 9) / 30, whatever the counts
+    assert personal_accuracy([a, b], [np.array([50, 0, 1]), np.array([0, 7, 0])]) == 17 / 30
+    assert math.isnan(personal_accuracy([a], [np.zeros(3)]))
 
 
 @pytest.mark.parametrize("name", ["feddistill_plus", "feddfusion"])
