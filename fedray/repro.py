@@ -157,10 +157,11 @@ def run_grid(run: Callable[[Any], dict[str, Any]], specs: Iterable[Any], store: 
 
 
 def markdown_table(header: list[str], rows: Iterable[list[str]]) -> list[str]:
-    """The lines of a markdown table: the header, the separator, one line a row (empty cells as ``| |``)."""
+    """The lines of a markdown table: the header, the separator, one line a row (empty cells as ``| |``;
+    a ``|`` inside a cell escaped, so that it does not split the cell)."""
 
     def line(cells: list[str]) -> str:
-        return "|" + "|".join(f" {c} " if c else " " for c in cells) + "|"
+        return "|" + "|".join(f" {c.replace('|', chr(92) + '|')} " if c else " " for c in cells) + "|"
 
     return [line(header), "|" + "---|" * len(header)] + [line(row) for row in rows]
 

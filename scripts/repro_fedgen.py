@@ -62,8 +62,8 @@ METHODS = {"fedavg": ("FedAvg", ["algorithm={name: fedavg}"]),
                "algorithm={name: fedgen, noise: uniform, labels: available, teacher: counts, alpha: 10.0, "
                "alpha_decay: 0.98, beta: 10.0, beta_decay: 0.98, start_round: 2, weighted: true}"]),
            # the code's rules one at a time on the paper's FedGen, and FedAvg with the code's averaging
-           "fedavg_weighted": ("FedAvg, |D_k|-weighted", ["algorithm={name: fedavg, weighted: true}"]),
-           "fedgen_weighted": ("FedGen + |D_k|-weighted averaging", ["algorithm={name: fedgen, weighted: true}"]),
+           "fedavg_weighted": ("FedAvg, weighted by n_k", ["algorithm={name: fedavg, weighted: true}"]),
+           "fedgen_weighted": ("FedGen + averaging weighted by n_k", ["algorithm={name: fedgen, weighted: true}"]),
            "fedgen_alpha10": ("FedGen + alpha 10 decayed 0.98", ["algorithm={name: fedgen, alpha: 10.0, alpha_decay: 0.98}"]),
            "fedgen_beta": ("FedGen + the code's third term (beta 10 decayed 0.98)",
                            ["algorithm={name: fedgen, beta: 10.0, beta_decay: 0.98}"]),

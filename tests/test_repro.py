@@ -76,6 +76,7 @@ def test_markdown_table_and_listing():
     assert markdown_table(["", "FL", "CFL"], [["ours", "31.5", ""], ["paper", "about 20", "60"]]) == [
         "| | FL | CFL |", "|---|---|---|", "| ours | 31.5 | |", "| paper | about 20 | 60 |"]
     assert markdown_table(["a"], []) == ["| a |", "|---|"]
+    assert markdown_table(["weights"], [["|D_k|"]])[2] == "| \\|D_k\\| |"  # one cell, not three
     assert [listing(x) for x in ([], ["a"], ["a", "b"], ["a", "b", "c"])] == ["", "a", "a and b", "a, b and c"]
 
 
