@@ -198,6 +198,7 @@ def main() -> None:
     store = Store(out.with_suffix(".json"), key)
     saved = store.read() or {}
     calls = saved.get("invocations", [])
+    store.header = {"invocations": calls}  # kept by every save of the grid, so a stopped grid keeps them
     if args.plot_only:
         write({key(r): r for r in saved["results"]}, out.with_suffix(".md"), calls)
         return

@@ -257,6 +257,7 @@ def main() -> None:
         store = Store(out.with_suffix(".json"), key, header={"rounds": rounds}, match=("rounds",))
         saved = store.read() or {}
         earlier = saved.get("invocations", []) if (args.methods or args.splits or args.seeds != [0]) and saved.get("rounds") == rounds else []
+        store.header["invocations"] = earlier  # kept by every save of the grid, so a stopped grid keeps them
         results = run_grid(run_compare, todo, store, args.jobs,
                            cost=lambda s: 3.0 if s["method"].startswith(("st", "mrtf", "al")) else 1.0,
                            line=lambda r: f"{key(r)}: final {100 * r['history'][-1]['accuracy']:.1f}% "
