@@ -277,14 +277,14 @@ class Federation:
             "history": list(self.history),
         }
         path = self.run_dir / CHECKPOINT
-        write_checkpoint(path, state)
+        write_checkpoint(path, state, self.config.to_dict())
         return path
 
     def _read_checkpoint(self) -> dict[str, Any]:
         path = self.run_dir / CHECKPOINT
         if not path.is_file():
             raise FileNotFoundError(f"no checkpoint to resume from: {path} does not exist")
-        return read_checkpoint(path)
+        return read_checkpoint(path, self.config.to_dict())
 
     def _restore(self, state: dict[str, Any]) -> None:
         self.round = state["round"]

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any, Callable, Optional
 
 from tqdm import tqdm
 
-from fedray.checkpoint import checkpoint_round
+from fedray.checkpoint import CheckpointError, checkpoint_round
 from fedray.config import Config, ConfigError
 from fedray.messages import RoundResult, one_line
 
@@ -134,7 +134,10 @@ def write_error_log(run_dir: Path, err: BaseException) -> Path:
 
 
 def resume_hint(reason: str, run_dir: Path) -> str:
-    saved = checkpoint_round(run_dir)
+    try:
+        saved = checkpoint_round(run_dir)
+    except CheckpointError as err:
+        return f"{reason}; {err}"
     if saved is None:
         return f"{reason}; no checkpoint was written in {run_dir}"
     return f"{reason}; the checkpoint of round {saved} is intact: fedray resume {run_dir}"

@@ -2,7 +2,6 @@
 for the local backend, a checkpoint round read without loading the checkpoint."""
 
 import inspect
-import pickle
 import subprocess
 import sys
 from pathlib import Path
@@ -13,7 +12,7 @@ import tests.faulty_method as faulty
 from fedray.algorithms import ALGORITHMS
 from fedray.cli import main
 from fedray.config import build_config
-from fedray.checkpoint import CHECKPOINT, checkpoint_round, read_checkpoint, write_checkpoint
+from fedray.checkpoint import CHECKPOINT, checkpoint_round, read_checkpoint
 from fedray.runner import ERROR_LOG, RunFailed, run_experiment
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -71,19 +70,6 @@ def test_the_cli_prints_one_line_and_keeps_the_checkpoint(tmp_path, capsys, monk
     assert err[1].endswith(f"the checkpoint of round 1 is intact: fedray resume {run_dir}")
     assert_full_story((run_dir / ERROR_LOG).read_text())
     assert read_checkpoint(run_dir / CHECKPOINT)["round"] == 1 and calls["n"] == 4  # 3 in round 1, 1 in round 2
-
-
-def test_the_checkpoint_round_is_read_without_loading_the_checkpoint(tmp_path):
-    path = tmp_path / CHECKPOINT
-    write_checkpoint(path, {"round": 7, "strategy": {"models": {}}})
-    assert checkpoint_round(tmp_path) == 7 and read_checkpoint(path)["round"] == 7
-    with open(path, "r+b") as f:  # damage everything behind the header
-        pickle.load(f)
-        f.truncate(f.tell() + 3)
-    assert checkpoint_round(tmp_path) == 7
-    with pytest.raises(Exception):
-        read_checkpoint(path)
-    assert checkpoint_round(tmp_path / "nowhere") is None
 
 
 def test_a_local_run_needs_neither_ray_nor_actors(tmp_path):
