@@ -30,7 +30,11 @@ from fedray.messages import ClientSpec, ClientUpdate, RoundPlan, RoundResult
 from fedray.pretrain import pretrained_weights
 from fedray.tracking import RunWriter, render
 from fedray.training import cap_gpu_memory, evaluate, resolve_device, set_torch_threads
-from fedray.weights import Weights, nbytes, set_weights
+from fedray.weights import Weights, all_finite, nbytes, set_weights
+
+
+class Diverged(RuntimeError):
+    """Every client update of a round, or the global model, holds NaN or Inf."""
 
 
 
@@ -188,7 +192,11 @@ class Federation:
         plan = self.strategy.configure_round(self.round)
         updates = self.executor.execute(plan)
         clients_done = time.perf_counter()
+        updates, rejected = self._reject_non_finite(updates)
         metrics = dict(self.strategy.aggregate(self.round, updates))
+        self._check_models()
+        metrics["clients/rejected"] = float(len(rejected))
+        metrics.update(self._faults())
         self._log_artifacts(self.round)
         metrics.update(self._communication(plan, updates))
         metrics["time/clients_s"] = clients_done - start
@@ -204,6 +212,40 @@ class Federation:
         if self.checkpoints and (self.round % self.config.checkpoint_every == 0 or self.done):
             self.save_checkpoint()
         return RoundResult(self.round, metrics)
+
+    def _reject_non_finite(self, updates: list[ClientUpdate]) -> tuple[list[ClientUpdate], list[int]]:
+        """The updates without NaN or Inf (in the payload, or in the loss of a client that trained),
+        and the ids of the clients whose update is left out; every update non-finite: ``Diverged``."""
+        def finite(u: ClientUpdate) -> bool:
+            trained = u.metrics.get("steps", 0.0) > 0
+            return all_finite(u.payload) and (not trained or np.isfinite(u.metrics.get("loss", 0.0)))
+
+        kept = [u for u in updates if finite(u)]
+        rejected = [u.client_id for u in updates if not finite(u)]
+        if rejected:
+            self.writer.log_text("clients/rejected", f"round {self.round}: the updates of clients {rejected} held "
+                                 f"NaN or Inf and were left out of the aggregate", self.round)
+        if updates and not kept:
+            raise Diverged(f"round {self.round}: all {len(updates)} client updates held NaN or Inf: local training "
+                           f"diverged; the likely cause is the learning rate (training.lr = {self.config.training.lr:g}): "
+                           f"lower it")
+        return kept, rejected
+
+    def _check_models(self) -> None:
+        """``Diverged`` when a model the strategy holds after aggregation is not finite."""
+        models = self.strategy.models_to_evaluate()
+        bad = sorted(name for name, weights in models.items() if not all_finite(weights))
+        if bad:
+            raise Diverged(f"round {self.round}: the global model ({', '.join(bad)}) holds NaN or Inf after "
+                           f"aggregation; the likely cause is the learning rate (training.lr = "
+                           f"{self.config.training.lr:g}, algorithm settings): lower it")
+
+    def _faults(self) -> dict[str, float]:
+        """What the executor survived this round (client actors restarted, tasks run again), logged."""
+        faults = getattr(self.executor, "take_faults", lambda: [])()
+        for text in faults:
+            self.writer.log_text("runtime/faults", f"round {self.round}: {text}", self.round)
+        return {"runtime/actor_restarts": float(len(faults))} if faults else {}
 
     def evaluate(self) -> dict[str, float]:
         """The strategy's test metrics (by default each architecture's model on each group's test set)."""

@@ -7,6 +7,7 @@ numpy arrays travel through Ray's object store without copies, and a dict keyed 
 from __future__ import annotations
 
 import dataclasses
+import math
 from typing import Sequence
 
 import numpy as np
@@ -51,6 +52,24 @@ def weighted_mean(states: Sequence[Weights], coefficients: Sequence[float]) -> W
 def is_update(array: np.ndarray) -> bool:
     """Floating tensors are trained, updated and sent; integer buffers (BatchNorm's counter) are not."""
     return array.dtype.kind == "f"
+
+
+def all_finite(payload) -> bool:
+    """Whether every float in a payload (arrays, tensors and floats nested in dicts, lists, tuples
+    or dataclasses) is finite; encoded bytes are not looked into."""
+    if isinstance(payload, np.ndarray):
+        return payload.dtype.kind not in "fc" or bool(np.isfinite(payload).all())
+    if isinstance(payload, torch.Tensor):
+        return not (payload.is_floating_point() or payload.is_complex()) or bool(torch.isfinite(payload).all())
+    if isinstance(payload, float):
+        return math.isfinite(payload)
+    if isinstance(payload, dict):
+        return all(all_finite(v) for v in payload.values())
+    if isinstance(payload, (list, tuple)):
+        return all(all_finite(v) for v in payload)
+    if dataclasses.is_dataclass(payload) and not isinstance(payload, type):
+        return all(all_finite(getattr(payload, f.name)) for f in dataclasses.fields(payload))
+    return True
 
 
 # metadata of a dataclass field that the simulator carries but a real client would not send (e.g. a

@@ -29,3 +29,24 @@ class Faulty(FedAvg):
 
 FAULTY = Method(Faulty, FedAvgParams())
 FAILING_LINE = "return total / parts"
+
+
+POISONED = (1, 4)  # the clients of ``NAN_CLIENTS`` whose updates are all NaN, from round POISONED_FROM on
+POISONED_FROM = 1
+
+
+class NanClient(ClientAlgorithm):
+    """FedAvg's client, except that clients ``POISONED`` upload NaN in every tensor."""
+
+    def upload(self, task, theta, local, client):
+        if client.client_id in POISONED and task.round >= POISONED_FROM:
+            return {name: value * float("nan") for name, value in local.weights.items()}
+        return local.weights
+
+
+class NanClients(FedAvg):
+    name = "nan_clients"
+    Client = NanClient
+
+
+NAN_CLIENTS = Method(NanClients, FedAvgParams())
