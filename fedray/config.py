@@ -14,11 +14,12 @@ hyperparameters without touching this file.
 from __future__ import annotations
 
 import copy
+import os
 from pathlib import Path
-from typing import Any, Literal, Optional, Union
+from typing import Annotated, Any, Literal, Optional, Union
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 
 class ConfigError(ValueError):
@@ -27,6 +28,16 @@ class ConfigError(ValueError):
 
 class _Section(BaseModel):
     model_config = ConfigDict(extra="forbid", validate_assignment=True)
+
+
+def _seed(value: int) -> int:
+    if not 0 <= value < 2**64:
+        raise ValueError("a seed is an integer from 0 to 2**64 - 1 (numpy's generators refuse negative ones, "
+                         "torch.manual_seed larger ones)")
+    return value
+
+
+Seed = Annotated[int, AfterValidator(_seed)]
 
 
 class DataConfig(_Section):
@@ -43,7 +54,7 @@ class DataConfig(_Section):
     alpha: float = Field(1.0, gt=0)
     classes_per_client: int = Field(2, ge=1)
     balancedness: float = Field(1.0, gt=0, le=1)
-    seed: int = 0
+    seed: Seed = 0
     train_limit: Optional[int] = Field(None, ge=1)
     test_limit: Optional[int] = Field(None, ge=1)
     # client groups and adversaries (fedray.data.shifts; thesis chapter 6)
@@ -79,7 +90,7 @@ class AuxConfig(_Section):
     size: int = Field(0, ge=0)
     root: Optional[str] = None
     options: dict[str, Any] = Field(default_factory=dict)
-    seed: int = 0
+    seed: Seed = 0
     negatives: float = Field(0.0, ge=0, lt=1)
 
 
@@ -255,7 +266,7 @@ class Config(_Section):
     """A whole experiment."""
 
     name: str = "experiment"
-    seed: int = 0
+    seed: Seed = 0
     output_dir: str = "runs"
     checkpoint_every: int = Field(5, ge=1)
     data: DataConfig = Field(default_factory=DataConfig)
@@ -265,6 +276,14 @@ class Config(_Section):
     pretrain: PretrainConfig = Field(default_factory=PretrainConfig)
     algorithm: AlgorithmConfig = Field(default_factory=AlgorithmConfig)
     runtime: RuntimeConfig = Field(default_factory=RuntimeConfig)
+
+    @field_validator("name")
+    @classmethod
+    def _folder_name(cls, value: str) -> str:
+        if not value.strip() or any(sep and sep in value for sep in ("/", os.sep, os.altsep)):
+            raise ValueError("the run folder is named NAME-TIMESTAMP: give a non-empty name without '/', "
+                             "e.g. name: fmnist-fedavg")
+        return value
 
     @model_validator(mode="after")
     def _groups_fit(self) -> "Config":
@@ -355,9 +374,12 @@ def load_config(path: str | Path, overrides: list[str] | None = None) -> Config:
     if not path.is_file():
         raise ConfigError(f"config file {path} does not exist")
     try:
-        tree = yaml.safe_load(path.read_text()) or {}
+        tree = yaml.safe_load(path.read_text())
     except yaml.YAMLError as err:
         raise ConfigError(f"config file {path} is not valid YAML: {str(err).splitlines()[0]}") from None
+    if tree is None:  # 0 bytes or only comments: not a run of the defaults
+        raise ConfigError(f"config file {path} is empty: write the experiment's settings in it "
+                          f"(see configs/), or {{}} for the defaults")
     if not isinstance(tree, dict):
         raise ConfigError(f"config file {path} must hold a mapping at the top level")
     return build_config(apply_overrides(tree, overrides or []))

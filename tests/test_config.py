@@ -119,3 +119,25 @@ def test_gpu_shares_are_fractions_of_one_gpu_and_name_every_architecture():
     assert message({"runtime": {"actor_gpus": 1.5}}).startswith(
         "bad config value runtime.actor_gpus = 1.5: GPU shares must be between 0 and 1")
     assert message({"runtime": {"server_gpus": 2}}).startswith("bad config value runtime.server_gpus = 2")
+
+
+def test_seeds_are_what_numpy_and_torch_take():
+    top = 2**64 - 1  # torch.manual_seed's largest; numpy's generators take any non-negative integer
+    config = build_config({"seed": top, "data": {"seed": top}, "aux": {"seed": 0}})
+    assert config.seed == config.data.seed == top
+    for tree in ({"seed": -1}, {"data": {"seed": -1}}, {"aux": {"seed": 2**64}}):
+        assert "a seed is an integer from 0 to 2**64 - 1" in message(tree)
+
+
+def test_the_name_must_make_a_folder_name():
+    for bad in ("", "   ", "runs/a"):
+        assert message({"name": bad}).startswith(f"bad config value name = {bad!r}: the run folder is named NAME-")
+    assert build_config({"name": "fmnist fedavg.v2"}).name == "fmnist fedavg.v2"
+
+
+def test_an_empty_config_file_is_not_the_defaults(tmp_path):
+    for text in ("", "\n# a comment\n"):
+        path = write(tmp_path, text)
+        with pytest.raises(ConfigError, match=f"config file {path} is empty"):
+            load_config(path)
+    assert load_config(write(tmp_path, "{}\n")).name == "experiment"  # the defaults, asked for
