@@ -14,6 +14,7 @@ from fedray.data.datasets import (
     dataset_names,
     default_data_root,
     load_dataset,
+    train_size,
 )
 from fedray.data.partition import (
     PARTITION_METHODS,
@@ -46,4 +47,5 @@ __all__ = [
     "partition_figure",
     "shard_split",
     "sinkhorn",
+    "train_size",
 ]

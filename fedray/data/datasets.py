@@ -7,6 +7,7 @@ natural client split.
 
 Example:
     >>> check_dataset("fashion_mnist")          # cheap: only looks for the files
+    >>> train_size("fashion_mnist")             # 60000, from a file header
     >>> bundle = load_dataset("fashion_mnist")  # 60000 x 1 x 28 x 28 float32, ...
     >>> bundle = load_dataset("synthetic", alpha=0.5, beta=0.5, num_clients=30)
 """
@@ -17,6 +18,7 @@ import inspect
 import os
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from functools import partial
 from types import MappingProxyType
 from typing import Any
 
@@ -33,6 +35,7 @@ __all__ = [
     "dataset_names",
     "default_data_root",
     "load_dataset",
+    "train_size",
 ]
 
 DEFAULT_DATA_ROOT = "/usr/share/datasets"
@@ -51,11 +54,15 @@ class DatasetSource:
         load: ``load(root, **options) -> DatasetBundle``.
         check: ``check(root, **options)``: cheap existence and option check, no loading.
         description: One line for listings.
+        size: ``size(root, **options)``: the number of training samples ``load`` returns, found
+            cheaply (a file header, a known count), after ``check``; gets every option, defaults
+            filled in.
     """
 
     load: Callable[..., DatasetBundle]
     check: Callable[..., None]
     description: str
+    size: Callable[..., int]
 
     @property
     def options(self) -> Mapping[str, Any]:
@@ -87,19 +94,37 @@ def _always_present(root: str, **options: Any) -> None:
     """Check for data sets that ship with a package: nothing to look for."""
 
 
+def _fixed_size(name: str) -> Callable[..., int]:
+    return lambda root, **options: toy.TRAIN_SIZES[name]
+
+
+def _image_size(name: str) -> Callable[..., int]:
+    return partial(vision.train_size, name)
+
+
 DATASETS: Mapping[str, DatasetSource] = MappingProxyType({
     "fashion_mnist": DatasetSource(vision.load_fashion_mnist, vision.check_fashion_mnist,
-                                   "Fashion-MNIST, 60000/10000 28x28 grey images, 10 classes (idx files)"),
-    "mnist": DatasetSource(vision.load_mnist, vision.check_mnist, "MNIST, 60000/10000 28x28 digits"),
-    "emnist": DatasetSource(vision.load_emnist, vision.check_emnist, "EMNIST (option split, default balanced)"),
-    "cifar10": DatasetSource(vision.load_cifar10, vision.check_cifar10, "CIFAR-10, 50000/10000 32x32 colour images"),
-    "cifar100": DatasetSource(vision.load_cifar100, vision.check_cifar100, "CIFAR-100, 100 fine classes"),
-    "svhn": DatasetSource(vision.load_svhn, vision.check_svhn, "SVHN, 73257/26032 32x32 house numbers"),
-    "stl10": DatasetSource(vision.load_stl10, vision.check_stl10, "STL-10, 96x96 (option split, e.g. unlabeled)"),
-    "digits": DatasetSource(_no_root(toy.load_digits_bundle), _always_present, "scikit-learn 8x8 digits (1797)"),
-    "iris": DatasetSource(_no_root(toy.load_iris_bundle), _always_present, "scikit-learn iris (150, 4 features)"),
+                                   "Fashion-MNIST, 60000/10000 28x28 grey images, 10 classes (idx files)",
+                                   _image_size("fashion_mnist")),
+    "mnist": DatasetSource(vision.load_mnist, vision.check_mnist, "MNIST, 60000/10000 28x28 digits",
+                           _image_size("mnist")),
+    "emnist": DatasetSource(vision.load_emnist, vision.check_emnist, "EMNIST (option split, default balanced)",
+                            _image_size("emnist")),
+    "cifar10": DatasetSource(vision.load_cifar10, vision.check_cifar10, "CIFAR-10, 50000/10000 32x32 colour images",
+                             _image_size("cifar10")),
+    "cifar100": DatasetSource(vision.load_cifar100, vision.check_cifar100, "CIFAR-100, 100 fine classes",
+                              _image_size("cifar100")),
+    "svhn": DatasetSource(vision.load_svhn, vision.check_svhn, "SVHN, 73257/26032 32x32 house numbers",
+                          _image_size("svhn")),
+    "stl10": DatasetSource(vision.load_stl10, vision.check_stl10, "STL-10, 96x96 (option split, e.g. unlabeled)",
+                           _image_size("stl10")),
+    "digits": DatasetSource(_no_root(toy.load_digits_bundle), _always_present, "scikit-learn 8x8 digits (1797)",
+                            _fixed_size("digits")),
+    "iris": DatasetSource(_no_root(toy.load_iris_bundle), _always_present, "scikit-learn iris (150, 4 features)",
+                          _fixed_size("iris")),
     "synthetic": DatasetSource(_no_root(synthetic.load_synthetic), _check_synthetic,
-                               "FedProx Synthetic(alpha, beta), generated, with a natural client split"),
+                               "FedProx Synthetic(alpha, beta), generated, with a natural client split",
+                               lambda root, **options: synthetic.train_size(**options)),
 })  # fmt: skip
 
 
@@ -133,6 +158,21 @@ def check_dataset(name: str, root: str | None = None, **options: Any) -> None:
         DatasetNotFoundError: Files are missing (one line saying what to put where).
     """
     _resolve(name, options).check(root or default_data_root(), **options)
+
+
+def train_size(name: str, root: str | None = None, **options: Any) -> int:
+    """The number of training samples of a data set, without loading it (call :func:`check_dataset` first).
+
+    Args:
+        name: A registered name.
+        root: Data root; :func:`default_data_root` when ``None``.
+        **options: The data set's options (``split``, ``extra``, ``num_clients`` change the count).
+
+    Raises:
+        As :func:`check_dataset`, and DatasetFormatError for a file whose header is corrupt.
+    """
+    source = _resolve(name, options)
+    return source.size(root or default_data_root(), **{**source.options, **options})
 
 
 def load_dataset(name: str, root: str | None = None, **options: Any) -> DatasetBundle:

@@ -88,6 +88,19 @@ def _read_bytes(path: str, hint: str) -> bytes:
         raise DatasetFormatError(f"{path} is corrupt or truncated ({err}){hint}") from None
 
 
+def idx_length(path: str) -> int:
+    """The first dimension (the sample count) of an idx file (gzipped or not), from its header alone."""
+    try:
+        with (gzip.open if path.endswith(".gz") else open)(path, "rb") as stream:
+            head = stream.read(8)
+    except (OSError, EOFError, zlib.error) as err:
+        raise DatasetFormatError(f"{path} is corrupt or truncated ({err}); replace it") from None
+    if len(head) < 8 or head[:3] != b"\x00\x00\x08" or head[3] < 1:
+        raise DatasetFormatError(f"{path} is not a uint8 idx file (magic number {head[:4].hex() or 'missing'}); "
+                                 "replace it")
+    return int.from_bytes(head[4:8], "big")
+
+
 def read_idx(path: str, shape: tuple[int | None, ...], hint: str = "") -> np.ndarray:
     """Reads a uint8 idx file (gzipped or not) and checks its magic number, size and shape.
 

@@ -295,6 +295,31 @@ def _rounding_advice(method: str, num_clients: int, classes_per_client: int, bal
     return advice + ("; a balancedness closer to 1 (data.balancedness) also helps" if balancedness < 1 else "")
 
 
+def check_split(
+    num_samples: int,
+    num_clients: int,
+    method: str,
+    alpha: float = 1.0,
+    classes_per_client: int = 2,
+    balancedness: float = 1.0,
+) -> None:
+    """Raises the ValueError :func:`partition` raises before it splits, from the number of samples
+    alone (so a run is checked before its data is loaded): an unknown method, fewer samples than
+    clients, or eq 2.5 sizes that round to 0. Arguments as :func:`partition` takes them."""
+    if method not in PARTITION_METHODS:
+        raise ValueError(f"unknown partition method {method!r}; valid methods: {', '.join(PARTITION_METHODS)}")
+    setting = _setting(method, alpha, classes_per_client, balancedness)
+    if 1 <= num_clients and num_samples < num_clients:
+        advice = f"use at most {num_samples} clients or more samples (data.train_limit)"
+        raise _empty_clients_error(setting, f"at least {num_clients - num_samples}", num_clients, num_samples, advice)
+    zero_sizes = int(np.count_nonzero(balanced_sizes(num_samples, num_clients, balancedness) == 0))
+    if zero_sizes:
+        advice = ("use fewer clients, more samples (data.train_limit) or a balancedness closer to 1 "
+                  "(data.balancedness): below 1 the smallest clients get about a tenth of an equal share")  # fmt: skip
+        empty = str(zero_sizes) if method == "iid" else f"at least {zero_sizes}"
+        raise _empty_clients_error(setting, empty, num_clients, num_samples, advice)
+
+
 def partition(
     labels: np.ndarray,
     num_clients: int,
@@ -325,19 +350,9 @@ def partition(
             rounding leaves empty. One line naming the numbers and what to change.
     """
     labels = np.asarray(labels)
-    if method not in PARTITION_METHODS:
-        raise ValueError(f"unknown partition method {method!r}; valid methods: {', '.join(PARTITION_METHODS)}")
-    setting = _setting(method, alpha, classes_per_client, balancedness)
     num_samples = len(labels)
-    if 1 <= num_clients and num_samples < num_clients:
-        advice = f"use at most {num_samples} clients or more samples (data.train_limit)"
-        raise _empty_clients_error(setting, f"at least {num_clients - num_samples}", num_clients, num_samples, advice)
-    zero_sizes = int(np.count_nonzero(balanced_sizes(num_samples, num_clients, balancedness) == 0))
-    if zero_sizes:
-        advice = ("use fewer clients, more samples (data.train_limit) or a balancedness closer to 1 "
-                  "(data.balancedness): below 1 the smallest clients get about a tenth of an equal share")  # fmt: skip
-        empty = str(zero_sizes) if method == "iid" else f"at least {zero_sizes}"
-        raise _empty_clients_error(setting, empty, num_clients, num_samples, advice)
+    check_split(num_samples, num_clients, method, alpha, classes_per_client, balancedness)
+    setting = _setting(method, alpha, classes_per_client, balancedness)
     rng = np.random.default_rng(seed)
     if method == "iid":
         splits = iid_split(labels, num_clients, rng, balancedness)

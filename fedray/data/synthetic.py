@@ -46,6 +46,16 @@ def sample_counts(num_clients: int, rng: np.random.Generator) -> np.ndarray:
     return rng.lognormal(4.0, 2.0, num_clients).astype(np.int64) + 50
 
 
+def held_out(n: int) -> int:
+    """How many of a client's ``n`` samples go to the test part: 20%, rounded, at least 1."""
+    return max(1, int(round(TEST_FRACTION * n)))
+
+
+def train_size(num_clients: int = 30, seed: int = 0, **options) -> int:
+    """The number of training samples ``load_synthetic`` generates, from the client sizes alone."""
+    return sum(int(n) - held_out(int(n)) for n in sample_counts(num_clients, np.random.default_rng(seed)))
+
+
 def _client_data(n: int, w: np.ndarray, b: np.ndarray, v: np.ndarray, rng: np.random.Generator):
     """Draws n samples x ~ N(v, diag(j^-1.2)) and labels y = argmax(W x + b)."""
     scale = np.arange(1, len(v) + 1, dtype=np.float64) ** -0.6  # sqrt(j^-1.2)
@@ -95,7 +105,7 @@ def load_synthetic(
     for n, (w, b, v) in zip(counts, models):
         x, y = _client_data(int(n), w, b, v, rng)
         order = rng.permutation(int(n))
-        n_test = max(1, int(round(TEST_FRACTION * n)))
+        n_test = held_out(int(n))
         test.append((x[order[:n_test]], y[order[:n_test]]))
         train.append((x[order[n_test:]], y[order[n_test:]]))
     ends = np.cumsum([len(y) for _, y in train])

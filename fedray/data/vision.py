@@ -20,7 +20,7 @@ import string
 import numpy as np
 
 from fedray.data.bundle import DatasetBundle, DatasetFormatError
-from fedray.data.files import FileLayout, locate, read_idx
+from fedray.data.files import FileLayout, idx_length, locate, read_idx
 from fedray.data.images import CHANNEL_STATS, check_image_options, to_float_nchw
 
 FASHION_MNIST_CLASSES = ["T-shirt/top", "Trouser", "Pullover", "Dress", "Coat",
@@ -37,6 +37,9 @@ EMNIST_CLASSES = {
     "mnist": list(string.digits),
 }
 STL10_SPLITS = ("train", "unlabeled", "train+unlabeled")
+# training images of the sets whose count is not read from a file header (the published counts)
+TRAIN_COUNTS = {"cifar10": 50000, "cifar100": 50000, "svhn": 73257, "svhn extra": 531131,
+                "stl10 train": 5000, "stl10 unlabeled": 100000}
 _IDX_NAMES = ("train-images-idx3-ubyte", "train-labels-idx1-ubyte", "t10k-images-idx3-ubyte", "t10k-labels-idx1-ubyte")
 
 
@@ -351,3 +354,22 @@ def load_stl10(root: str, split: str = "train", size: int | None = None, stats: 
     train = [_read_stl10_part(paths, part) for part in split.split("+")]
     train_x, train_y = np.concatenate([x for x, _ in train]), np.concatenate([y for _, y in train])
     return _bundle("stl10", (train_x, train_y, *_read_stl10_part(paths, "test")), STL10_CLASSES, size, stats)
+
+
+# Training-set sizes ------------------------------------------------------------------------------
+
+
+def train_size(name: str, root: str, **options) -> int:
+    """How many training images ``load_dataset(name, root, **options)`` holds, without loading them:
+    the idx header of the training labels for the MNIST family, :data:`TRAIN_COUNTS` for the others.
+    ``options``: the loader's, every one given (``fedray.data.train_size`` fills in the defaults);
+    only ``split`` (EMNIST, STL-10) and ``extra`` (SVHN) change the count."""
+    if name in ("fashion_mnist", "mnist", "emnist"):
+        layout = {"fashion_mnist": FASHION_MNIST_LAYOUT, "mnist": MNIST_LAYOUT}.get(name)
+        layout = layout or _emnist_layout(options["split"])
+        return idx_length(locate(layout, root)[layout.files[1]])
+    if name == "svhn":
+        return TRAIN_COUNTS["svhn"] + (TRAIN_COUNTS["svhn extra"] if options["extra"] else 0)
+    if name == "stl10":
+        return sum(TRAIN_COUNTS[f"stl10 {part}"] for part in options["split"].split("+"))
+    return TRAIN_COUNTS[name]
