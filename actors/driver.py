@@ -25,6 +25,7 @@ from actors.pool import HOST_GROUPS
 from actors.server import ServerActor
 from fedray.config import Config, RuntimeConfig
 from fedray.messages import one_line
+from fedray.preflight import check_placement, no_cluster, probe_ray, ray_address
 from fedray.runner import RemoteError, Stepper
 
 if TYPE_CHECKING:
@@ -41,13 +42,19 @@ def connect(runtime: RuntimeConfig) -> bool:
 
     A local Ray is started lean (``lean_head``): with the log monitor only when the actors' output
     is wanted on the console (``runtime.actor_output``), and as ``ray.init`` starts it when the
-    dashboard is (``runtime.dashboard``).
+    dashboard is (``runtime.dashboard``). A cluster that does not answer within seconds is a
+    ConfigError (``fedray.preflight.probe_ray``), not minutes of ``ray.init`` retrying, and so is
+    an address where something else answers.
     """
     if ray.is_initialized():
         return False
-    address = runtime.address or os.environ.get("RAY_ADDRESS")
+    address, key = ray_address(runtime)
     if address:
-        ray.init(address=address, logging_level="ERROR")
+        probe_ray(address, key)
+        try:
+            ray.init(address=address, logging_level="ERROR")
+        except ConnectionError:  # something answered, but not Ray
+            raise no_cluster(address, key) from None
         return False
     with lean_head(not runtime.dashboard, log_monitor=runtime.actor_output):
         ray.init(num_cpus=runtime.num_cpus, num_gpus=runtime.num_gpus, include_dashboard=runtime.dashboard,
@@ -118,11 +125,11 @@ def lean_head(lean: bool = True, log_monitor: bool = False):
 
 def start_server(config: Config, method: Optional[Method], run_dir: Path, resume: bool):
     """The started ServerActor, pinned to this node, with its own CPU/GPU request from the config
-    (an actor's CPUs when it hosts clients, ``runtime.server_hosts_clients``)."""
+    (an actor's CPUs when it hosts clients, ``runtime.server_hosts_clients``). A server or client
+    actors that the cluster's nodes cannot hold are a ConfigError first (``check_placement``)."""
     rt = config.runtime
     here = ray.get_runtime_context().get_node_id()
-    node_cpus = next((n.cpus for n in alive_nodes(ray.nodes()) if n.node_id == here), 0.0)
-    hosts = rt.server_hosts(node_cpus)
+    hosts = check_placement(config, alive_nodes(ray.nodes()), here)
     server = ray.remote(concurrency_groups=HOST_GROUPS)(ServerActor).options(
         num_cpus=rt.server_request(hosts), num_gpus=rt.server_gpus,
         scheduling_strategy=NodeAffinitySchedulingStrategy(node_id=here, soft=False),

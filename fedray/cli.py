@@ -1,9 +1,12 @@
 """Command line: ``fedray run CONFIG [key=value ...]``, ``fedray resume RUN_DIR``, ``fedray check``.
 
-Everything is validated before the run starts: an unknown key, a wrong type, an impossible
-federation, an unknown method, model or data set, or a missing data file is one line on stderr and
-exit status 2, and no run folder is made. A run that fails later is one line too (exit status 1),
-naming ``RUN_DIR/error.log`` with the whole traceback and the checkpoint to resume from.
+Everything is validated before the run starts, by ``check`` as by ``run`` and ``resume``: an unknown
+key, a wrong type, an impossible federation, an unknown method, model or data set, a missing data
+file, more clients than samples, a run folder that cannot be made or already holds a run, actors a
+local Ray cannot hold, a cluster that does not answer, a resume that would not extend its run
+(``fedray.preflight``) is one line on stderr and exit status 2, and no run folder is made or Ray
+started. A run that fails later is one line too (exit status 1), naming ``RUN_DIR/error.log`` with
+the whole traceback and the checkpoint to resume from.
 
 The driver of a Ray run imports no torch (the actors do the work): it checks the data itself, and
 the server actor resolves the method before it makes the run folder.
@@ -17,18 +20,9 @@ import sys
 import time
 from pathlib import Path
 
-from fedray.config import Config, ConfigError, apply_overrides, build_config, load_config
+from fedray.config import Config, ConfigError, load_config
 
 EXIT_CONFIG, EXIT_RUN = 2, 1
-
-
-def _check_data(config: Config) -> None:
-    from fedray.data import check_dataset
-    from fedray.data.auxiliary import aux_source
-
-    check_dataset(config.data.dataset, config.data.root, **config.data.options)
-    if config.aux.size and config.aux.dataset is not None:
-        aux_source(check_dataset, config.aux.dataset, config.aux.root, **config.aux.options)
 
 
 def _resolve(config: Config):
@@ -42,18 +36,53 @@ def _default_run_dir(config: Config) -> Path:
 
 
 def _resume_config(run_dir: Path, rounds: int | None) -> Config:
-    import yaml
+    """The run's config, with ``--rounds``; refused when its checkpoint cannot be resumed from, or
+    ``--rounds`` would not take the run past the checkpoint's round."""
+    from fedray.checkpoint import verify_checkpoint
 
     path = run_dir / "config.yaml"
     if not path.is_file():
         raise ConfigError(f"{run_dir} is not a fedray run folder: {path} is missing")
-    tree = yaml.safe_load(path.read_text())
-    overrides = [f"federation.rounds={rounds}"] if rounds is not None else []
-    return build_config(apply_overrides(tree, overrides))
+    config = load_config(path, [f"federation.rounds={rounds}"] if rounds is not None else [])
+    saved = verify_checkpoint(run_dir, config.to_dict())
+    if rounds is not None and rounds < saved:
+        raise ConfigError(f"--rounds {rounds} is below round {saved} of the checkpoint in {run_dir}: a resume only "
+                          f"extends a run; give --rounds {saved + 1} or more")
+    if saved >= config.federation.rounds:
+        raise ConfigError(f"the run in {run_dir} is already at round {saved}: extend it with --rounds {saved + 1} "
+                          f"or more")
+    return config
+
+
+def _preflight(args, config: Config) -> Path:
+    """What ``check``, ``run`` and ``resume`` refuse before a run starts, each problem one
+    ConfigError line (``fedray.preflight``); returns the run folder."""
+    from fedray import preflight
+
+    preflight.check_data(config)
+    if args.command == "resume":
+        run_dir = Path(args.run_dir)
+        preflight.check_folder(run_dir, f"run folder {run_dir}")
+    elif getattr(args, "run_dir", None):
+        run_dir = Path(args.run_dir)
+        preflight.check_new_run_dir(run_dir, f"--run-dir {run_dir}")
+    else:
+        run_dir = _default_run_dir(config)
+        preflight.check_new_run_dir(run_dir, f"bad config value output_dir = {config.output_dir!r}")
+    if config.runtime.backend == "ray":
+        preflight.check_ray(config)
+    return run_dir
+
+
+class _Parser(argparse.ArgumentParser):
+    """Usage errors in one line too."""
+
+    def error(self, message: str):
+        self.exit(EXIT_CONFIG, f"fedray: error: {message} (see `{self.prog} --help`)\n")
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="fedray", description="Federated learning on Ray and PyTorch.")
+    parser = _Parser(prog="fedray", description="Federated learning on Ray and PyTorch.")
     sub = parser.add_subparsers(dest="command", required=True)
     run = sub.add_parser("run", help="run an experiment from a YAML config")
     run.add_argument("config", help="YAML config file (see configs/)")
@@ -93,37 +122,47 @@ def _report(args) -> int:
 
 
 def _plot(args) -> int:
-    from fedray.tracking import plot_runs
+    from fedray.tracking import plot_file, plot_runs
 
     labels = args.labels.split(",") if args.labels else None
     if labels and len(labels) != len(args.run_dirs):
         print(f"fedray: error: {len(labels)} labels for {len(args.run_dirs)} runs", file=sys.stderr)
         return EXIT_CONFIG
     try:
-        print(plot_runs(args.run_dirs, args.out, args.tag, args.x_axis, labels))
+        print(plot_runs(args.run_dirs, plot_file(args.out, "--out"), args.tag, args.x_axis, labels))
     except (ValueError, KeyError) as err:
         print(f"fedray: error: {err}", file=sys.stderr)
         return EXIT_CONFIG
     return 0
 
 
+def _parse(argv: list[str] | None):
+    """The arguments; ``key=value`` overrides may also follow an option (``run CFG --no-progress a=1``)."""
+    parser = _parser()
+    args, extra = parser.parse_known_args(argv)
+    if extra and hasattr(args, "overrides") and not any(item.startswith("-") for item in extra):
+        args.overrides += extra
+    elif extra:
+        parser.exit(EXIT_CONFIG, f"fedray: error: unrecognized arguments: {' '.join(extra)} "
+                                 f"(see `fedray {args.command} --help`)\n")
+    return args
+
+
 def main(argv: list[str] | None = None) -> int:
-    args = _parser().parse_args(argv)
+    args = _parse(argv)
     if args.command == "report":
         return _report(args)
     if args.command == "plot":
         return _plot(args)
     try:
         if args.command == "resume":
-            run_dir = Path(args.run_dir)
-            config = _resume_config(run_dir, args.rounds)
+            config = _resume_config(Path(args.run_dir), args.rounds)
         else:
             config = load_config(args.config, args.overrides)
-            run_dir = Path(args.run_dir) if getattr(args, "run_dir", None) else _default_run_dir(config)
         method = None
         if args.command == "check" or config.runtime.backend == "local":
             method = _resolve(config)
-        _check_data(config)
+        run_dir = _preflight(args, config)
     except (ConfigError, FileNotFoundError, ValueError) as err:
         print(f"fedray: error: {err}", file=sys.stderr)
         return EXIT_CONFIG

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any, Optional
 
@@ -116,9 +117,32 @@ def target_report(run_dir: str | Path, target: Optional[float] = None, tag: str 
     return report
 
 
+def plot_file(out: str | Path, what: str = "out") -> Path:
+    """The file ``plot_runs`` writes for ``out``: ``.png`` added when it has no suffix, as matplotlib
+    adds it. Raises ValueError (one line; ``what`` names the setting) when it cannot be written: a
+    folder, a missing or unwritable folder, or a format matplotlib does not write."""
+    from matplotlib.backend_bases import FigureCanvasBase
+
+    out = Path(out)
+    if out.is_dir():
+        raise ValueError(f"{what} {out} is a folder: name a file in it, e.g. {out / 'plot.png'}")
+    out = out if out.suffix else out.with_suffix(".png")
+    formats = FigureCanvasBase.get_supported_filetypes()
+    if out.suffix[1:].lower() not in formats:
+        raise ValueError(f"{what} {out}: matplotlib cannot write {out.suffix} files; end the name in "
+                         f"{', '.join('.' + f for f in sorted(formats))}")
+    folder = out.parent
+    if not folder.is_dir():
+        raise ValueError(f"{what} {out}: the folder {folder} does not exist; make it or name a file in another")
+    if not os.access(folder, os.W_OK | os.X_OK):
+        raise ValueError(f"{what} {out}: the folder {folder} is not writable; name a file in another")
+    return out
+
+
 def plot_runs(run_dirs: list[str | Path], out: str | Path, tag: str = "eval/accuracy",
               x_axis: str = "round", labels: Optional[list[str]] = None) -> Path:
-    """Draw ``tag`` of several runs against rounds or cumulative MB uploaded into a PNG."""
+    """Draw ``tag`` of several runs against rounds or cumulative MB uploaded into a PNG (or another
+    format matplotlib writes, by the suffix of ``out``); returns the file written."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -126,6 +150,7 @@ def plot_runs(run_dirs: list[str | Path], out: str | Path, tag: str = "eval/accu
 
     if x_axis not in ("round", "mb_up"):
         raise ValueError(f"x axis must be 'round' or 'mb_up', got {x_axis!r}")
+    out = plot_file(out)
     fig, ax = plt.subplots(figsize=(7, 4.5))
     for i, run_dir in enumerate(run_dirs):
         scalars = read_scalars(run_dir)
@@ -143,4 +168,4 @@ def plot_runs(run_dirs: list[str | Path], out: str | Path, tag: str = "eval/accu
     fig.tight_layout()
     fig.savefig(out, dpi=120)
     plt.close(fig)
-    return Path(out)
+    return out

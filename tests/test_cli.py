@@ -1,12 +1,28 @@
-"""The CLI end to end on the local backend: run, resume to extend a finished run, report."""
+"""The CLI end to end on the local backend: run, resume to extend a finished run, report; and every
+bad input refused in one line with exit status 2 before any run folder is made or Ray starts."""
 
 import json
+import os
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
 
 import numpy as np
+import pytest
+import ray
 
-from fedray.cli import main
-from fedray.checkpoint import CHECKPOINT, read_checkpoint
+from actors.driver import connect
+from actors.placement import Node
+from fedray.cli import _parse, main
+from fedray.checkpoint import CHECKPOINT, read_checkpoint, write_checkpoint
+from fedray.config import ConfigError, RuntimeConfig, build_config, load_config, save_config
+from fedray.data import load_dataset, train_size
+from fedray.preflight import check_placement
 from fedray.tracking import read_scalars
+
+ROOT = Path(__file__).resolve().parents[1]
 
 
 def test_run_then_extend_with_resume_matches_a_longer_run(tmp_path, capsys):
@@ -46,3 +62,228 @@ def test_check_names_a_missing_auxiliary_data_set(tmp_path, capsys):
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and err.startswith("fedray: error: aux.dataset cifar100: CIFAR-100 not found")
     assert str(tmp_path) in err and "set aux.root" in err
+
+
+# Bad input: one line on stderr, exit status 2, and nothing made -------------------------------------
+
+BASE = ("name: t\ndata: {dataset: digits}\n"
+        "federation: {num_clients: 4, clients_per_round: 2, rounds: 1, architectures: {mlp: 4}}\n")
+LOCAL = BASE + "runtime: {backend: local, torch_threads: 1}\n"
+RAY = BASE + "runtime: {backend: ray, num_cpus: 2, num_gpus: 0}\n"  # a local Ray of 2 CPUs and no GPU, anywhere
+
+
+def config_file(tmp_path, text=LOCAL):
+    path = tmp_path / "c.yaml"
+    path.write_text(text + f"output_dir: {tmp_path / 'runs'}\n")
+    return path
+
+
+def refused(tmp_path, capsys, *argv) -> str:
+    """The one error line of ``fedray ARGV``, after checking exit status 2 and that nothing was made
+    under ``tmp_path`` (which holds the config's output_dir)."""
+    before = sorted(tmp_path.rglob("*"))
+    try:
+        status = main([str(a) for a in argv])
+    except SystemExit as exit:  # a usage error, from argparse
+        status = exit.code
+    err = capsys.readouterr().err
+    assert status == 2, err
+    assert len(err.splitlines()) == 1 and err.startswith("fedray: error: "), err
+    assert sorted(tmp_path.rglob("*")) == before
+    return err.strip()[len("fedray: error: "):]
+
+
+@pytest.mark.parametrize("command", ["check", "run"])
+@pytest.mark.parametrize("override, start", [
+    ("seed=-1", "bad config value seed = -1: a seed is an integer from 0 to 2**64 - 1"),
+    ("data.seed=-1", "bad config value data.seed = -1"),
+    ("aux.seed=-1", "bad config value aux.seed = -1"),
+    (f"seed={2**64}", f"bad config value seed = {2**64}: a seed is an integer from 0 to 2**64 - 1"),
+    ("name=", "bad config value name = '': the run folder is named NAME-TIMESTAMP"),
+    ("name=a/b", "bad config value name = 'a/b'"),
+])
+def test_check_and_run_refuse_a_bad_seed_or_name(tmp_path, capsys, command, override, start):
+    assert refused(tmp_path, capsys, command, config_file(tmp_path), override).startswith(start)
+
+
+@pytest.mark.parametrize("text", ["", "# nothing but a comment\n"])
+def test_an_empty_config_file_is_refused(tmp_path, capsys, text):
+    path = tmp_path / "c.yaml"
+    path.write_text(text)
+    assert refused(tmp_path, capsys, "run", path).startswith(f"config file {path} is empty")
+
+
+def test_an_output_folder_that_cannot_be_made_is_refused(tmp_path, capsys):
+    (tmp_path / "file").write_text("")
+    config = config_file(tmp_path)
+    for command in ("check", "run"):
+        line = refused(tmp_path, capsys, command, config, f"output_dir={tmp_path / 'file' / 'runs'}")
+        assert line == (f"bad config value output_dir = '{tmp_path / 'file' / 'runs'}': {tmp_path / 'file'} is a file, "
+                        f"not a folder; name a folder to write the run in")
+    line = refused(tmp_path, capsys, "run", config, "--run-dir", tmp_path / "file" / "run")
+    assert line.startswith(f"--run-dir {tmp_path / 'file' / 'run'}: {tmp_path / 'file'} is a file")
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root writes into read-only folders (the file-as-folder test covers root)")
+def test_a_read_only_output_folder_is_refused(tmp_path, capsys):
+    locked = tmp_path / "locked"
+    locked.mkdir()
+    locked.chmod(0o555)
+    try:
+        line = refused(tmp_path, capsys, "check", config_file(tmp_path), f"output_dir={locked / 'runs'}")
+    finally:
+        locked.chmod(0o755)
+    assert line.endswith(f"{locked} is not writable; name a folder you can write to")
+
+
+def test_run_into_a_folder_that_holds_a_run_is_refused(tmp_path, capsys):
+    old = tmp_path / "old"
+    old.mkdir()
+    (old / "config.yaml").write_text(LOCAL)
+    line = refused(tmp_path, capsys, "run", config_file(tmp_path), "--run-dir", old)
+    assert line == f"--run-dir {old}: {old} already holds a run (config.yaml); continue it with `fedray resume {old}` " \
+                   f"or name another folder"
+
+
+@pytest.mark.parametrize("overrides, message", [
+    (["federation.num_clients=1000000000", "federation.architectures.mlp=1000000000"],
+     "bad config value federation.num_clients = 1000000000: more clients than the 1347 training samples (digits "
+     "has 1347); use at most 1347 clients"),
+    (["federation.num_clients=600", "federation.architectures.mlp=600", "aux.size=1000"],
+     "bad config value federation.num_clients = 600: more clients than the 347 training samples (digits has 1347, "
+     "less aux.size = 1000); use at most 347 clients"),
+    (["federation.num_clients=600", "federation.architectures.mlp=600", "aux.size=100", "data.train_limit=500"],
+     "bad config value federation.num_clients = 600: more clients than the 500 training samples (digits has 1347, "
+     "less aux.size = 100, cut to data.train_limit = 500); use at most 500 clients"),
+    (["federation.num_clients=700", "federation.architectures.mlp=700", "data.partition=shards"],
+     "bad config value data.classes_per_client = 2: partition 'shards' cuts 700 clients x 2 = 1400 shards out of "
+     "1347 training samples (digits has 1347); use at most 673 clients or fewer classes per client"),
+])
+def test_more_clients_than_samples_is_refused_before_anything_per_client(tmp_path, capsys, overrides, message):
+    start = time.perf_counter()
+    for command in ("check", "run"):
+        assert refused(tmp_path, capsys, command, config_file(tmp_path), *overrides) == message
+    assert time.perf_counter() - start < 20  # a list of a billion clients would take minutes and gigabytes
+
+
+def test_the_training_set_sizes_are_those_the_loaders_give():
+    assert [train_size(name) for name in ("digits", "iris")] == [1347, 100]
+    assert [len(load_dataset(name).train_y) for name in ("digits", "iris")] == [1347, 100]
+    options = {"num_clients": 7, "seed": 3}
+    assert train_size("synthetic", **options) == len(load_dataset("synthetic", **options).train_y) == 3028
+    if os.path.isdir("/usr/share/datasets/fashion-mnist"):  # Debian's dataset-fashion-mnist: from the idx header
+        assert train_size("fashion_mnist", "/usr/share/datasets") == 60000
+
+
+@pytest.mark.parametrize("command", ["check", "run"])
+@pytest.mark.parametrize("overrides, message", [
+    (["runtime.server_gpus=1"],
+     "bad config value runtime.server_gpus = 1: the server actor's node (this machine's local Ray) has 0 GPUs; lower "
+     "runtime.server_gpus or join a cluster that has them (runtime.address)"),
+    (["runtime.server_cpus=4"],
+     "bad config value runtime.server_cpus = 4: the server actor's node (this machine's local Ray) has 2 CPUs; lower "
+     "runtime.server_cpus or join a cluster that has them (runtime.address)"),
+    (["runtime.clients_per_actor=1", "runtime.actor_cpus=1.5"],
+     "4 client actors x 1.5 CPUs do not fit the cluster (1 nodes, 2 CPUs, 0 GPUs, server takes 0 CPUs and 0 GPUs): "
+     "lower runtime.actor_cpus/actor_gpus, raise runtime.clients_per_actor, or use clients_per_actor: auto"),
+    (["runtime.actor_gpus=0.5"], "4 client actors x 1 CPUs and 0.5 GPUs do not fit the cluster (1 nodes, 2 CPUs"),
+])
+def test_actors_that_a_local_ray_cannot_hold_are_refused_before_it_starts(tmp_path, capsys, command, overrides,
+                                                                           message):
+    assert refused(tmp_path, capsys, command, config_file(tmp_path, RAY), *overrides).startswith(message)
+    assert not ray.is_initialized()
+
+
+def closed_port() -> int:
+    """A port on this machine where nothing listens (bound, then closed)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.mark.parametrize("command", ["check", "run"])
+@pytest.mark.parametrize("scheme", ["", "ray://"])
+def test_a_cluster_address_where_nothing_answers_is_refused_in_seconds(tmp_path, capsys, command, scheme):
+    address = f"{scheme}127.0.0.1:{closed_port()}"
+    start = time.perf_counter()
+    line = refused(tmp_path, capsys, command, config_file(tmp_path, RAY), f"runtime.address={address}")
+    assert line == f"no Ray cluster answers at {address}: start one with `ray start --head` or drop runtime.address"
+    assert time.perf_counter() - start < 10 and not ray.is_initialized()
+
+
+def test_ray_address_from_the_environment_is_probed_too(tmp_path, capsys, monkeypatch):
+    address = f"127.0.0.1:{closed_port()}"
+    monkeypatch.setenv("RAY_ADDRESS", address)
+    line = refused(tmp_path, capsys, "run", config_file(tmp_path, RAY))
+    assert line == f"no Ray cluster answers at {address}: start one with `ray start --head` or unset RAY_ADDRESS"
+    with pytest.raises(ConfigError, match=f"no Ray cluster answers at {address}"):  # the driver's own call
+        connect(RuntimeConfig())
+    assert not ray.is_initialized()
+
+
+def test_plot_refuses_an_out_it_cannot_write(tmp_path, capsys):
+    (tmp_path / "folder").mkdir()
+    assert refused(tmp_path, capsys, "plot", tmp_path, "--out", tmp_path / "folder") == (
+        f"--out {tmp_path / 'folder'} is a folder: name a file in it, e.g. {tmp_path / 'folder' / 'plot.png'}")
+    assert refused(tmp_path, capsys, "plot", tmp_path, "--out", tmp_path / "missing" / "p.png") == (
+        f"--out {tmp_path / 'missing' / 'p.png'}: the folder {tmp_path / 'missing'} does not exist; make it or name "
+        f"a file in another")
+    assert refused(tmp_path, capsys, "plot", tmp_path, "--out", tmp_path / "p.docx").startswith(
+        f"--out {tmp_path / 'p.docx'}: matplotlib cannot write .docx files; end the name in .avif")
+
+
+def finished_run(tmp_path, rounds: int):
+    """A run folder as a run of ``rounds`` rounds leaves it: its config and its checkpoint."""
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    config = load_config(config_file(tmp_path), [f"federation.rounds={rounds}"])
+    save_config(config, run_dir / "config.yaml")
+    write_checkpoint(run_dir / CHECKPOINT, {"round": rounds}, config.to_dict())
+    return run_dir
+
+
+def test_resume_refuses_fewer_rounds_than_the_checkpoint_and_a_finished_run(tmp_path, capsys):
+    run_dir = finished_run(tmp_path, 5)
+    saved = (run_dir / "config.yaml").read_bytes()
+    assert refused(tmp_path, capsys, "resume", run_dir, "--rounds", "3") == (
+        f"--rounds 3 is below round 5 of the checkpoint in {run_dir}: a resume only extends a run; give --rounds 6 "
+        f"or more")
+    for rounds in ([], ["--rounds", "5"]):
+        assert refused(tmp_path, capsys, "resume", run_dir, *rounds) == (
+            f"the run in {run_dir} is already at round 5: extend it with --rounds 6 or more")
+    assert (run_dir / "config.yaml").read_bytes() == saved
+
+
+def test_overrides_may_follow_an_option(tmp_path, capsys):
+    assert _parse(["run", "c.yaml", "a=1", "--no-progress", "b=2", "--run-dir", "x", "c=3"]).overrides == [
+        "a=1", "b=2", "c=3"]
+    assert refused(tmp_path, capsys, "run", config_file(tmp_path), "--no-progress", "seed=-1").startswith(
+        "bad config value seed = -1")
+    assert refused(tmp_path, capsys, "run", config_file(tmp_path), "--no-progress", "--bogus") == (
+        "unrecognized arguments: --bogus (see `fedray run --help`)")
+    assert refused(tmp_path, capsys, "run").startswith("the following arguments are required: config")
+
+
+def test_the_checks_of_a_ray_run_import_no_torch(tmp_path):
+    """The driver of a Ray run stays torch-free: data sizes, placement and the probe included."""
+    config = config_file(tmp_path, RAY)
+    code = ("import sys\n"
+            "sys.modules['torch'] = None  # any 'import torch' now raises ImportError\n"
+            "from fedray.cli import main\n"
+            f"sys.exit(main(['run', {str(config)!r}, 'runtime.server_gpus=1']))\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT,
+                         timeout=120)
+    assert out.returncode == 2 and out.stderr.startswith("fedray: error: bad config value runtime.server_gpus = 1"), \
+        out.stderr[-2000:]
+    assert len(out.stderr.splitlines()) == 1 and not (tmp_path / "runs").exists()
+
+
+def test_a_cluster_is_checked_against_its_own_nodes():
+    """As ``actors.driver.start_server`` checks a cluster it joined: the server on the driver's node."""
+    config = build_config({"runtime": {"server_gpus": 1}})
+    nodes = [Node("driver", 4.0), Node("gpu", 8.0, 1.0)]
+    with pytest.raises(ConfigError, match=r"^bad config value runtime.server_gpus = 1: the server actor's node "
+                                          r"\(the driver's node of the Ray cluster\) has 0 GPUs; lower "
+                                          r"runtime.server_gpus$"):
+        check_placement(config, nodes, "driver")
+    assert check_placement(config, nodes, "gpu") is False  # on the GPU node it fits; a GPU server hosts no clients
