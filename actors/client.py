@@ -3,21 +3,29 @@
 from __future__ import annotations
 
 import math
-from typing import Any
+import time
+from typing import Any, Callable
 
 import ray
-from ray.exceptions import RayActorError
+from ray.exceptions import ActorUnavailableError, GetTimeoutError, RayActorError, RayError, RayTaskError
 
 from actors.placement import alive_nodes, assign_clients
-from actors.pool import ClientPool, stop
+from actors.pool import ClientPool, HostNotSetUp, stop
 from fedray.clients import client_major
 from fedray.config import Config
 from fedray.experiment import Method
 from fedray.messages import ClientSpec, ClientTask, ClientUpdate, RoundPlan
 
 
+RESTART_TIMEOUT_S = 120.0  # how long a restarted client actor may take to come back up
+
+
 class ClientActorLost(RuntimeError):
-    """A client actor died (process crash, node loss, out of memory)."""
+    """A client actor died (process crash, node loss, out of memory) and could not be restarted."""
+
+
+class RoundTimeout(RuntimeError):
+    """A round's client tasks did not all answer within ``runtime.round_timeout_s``."""
 
 
 class RayExecutor:
@@ -56,35 +64,67 @@ class RayExecutor:
         del x, y  # the object store holds them now
         aux_ref, initial_ref = ray.put(data.aux_x), ray.put(initial_models)
         self.groups = assign_clients(specs, self.slots)
-        self.placements = self._gather(
-            [actor.setup.remote(config, method, specs_ref, x_ref, y_ref, data.num_classes, slot.gpus,
-                                [c.client_id for c in group], aux_x=aux_ref, initial_models=initial_ref,
-                                spans=spans_ref)
-             for actor, slot, group in zip(self.actors, self.slots, self.groups)], "start-up")
+        # what each actor's ``setup`` got: a restarted actor gets it again (the object refs keep the
+        # training set in the object store for that)
+        self.setup_args = [((config, method, specs_ref, x_ref, y_ref, data.num_classes, slot.gpus,
+                             [c.client_id for c in group]),
+                            {"aux_x": aux_ref, "initial_models": initial_ref, "spans": spans_ref})
+                           for slot, group in zip(self.slots, self.groups)]
+        self.placements = self._gather([actor.setup.remote(*args, **kwargs)
+                                        for actor, (args, kwargs) in zip(self.actors, self.setup_args)], "start-up")
         self.owner = {spec.client_id: i for i, group in enumerate(self.groups) for spec in group}
         self.sizes = {spec.client_id: spec.num_samples for spec in specs}
         # an explicit clients_per_actor is a layout the user asked for: keep every client at home
         self.pinned = method.stateful or config.runtime.clients_per_actor != "auto"
+        self.max_restarts, self.timeout = config.runtime.actor_restarts, config.runtime.round_timeout_s
+        self.restarts = [0] * len(self.actors)  # restarts of each actor so far
+        self.saved: list = []  # object refs of the client states of the last checkpoint (or resume)
+        self.faults: list[str] = []  # the actors restarted since ``take_faults`` last asked
+        self.retried = 0  # and the tasks that ran again
 
     def execute(self, plan: RoundPlan) -> list[ClientUpdate]:
         refs = {key: ray.put(payload) for key, payload in plan.broadcast.items()}
-        stage = f"round {plan.tasks[0].round if plan.tasks else 0}"
+        round = plan.tasks[0].round if plan.tasks else 0
+        deadline = time.monotonic() + self.timeout if self.timeout else None
+        running: dict[Any, tuple[int, list[ClientTask], int]] = {}
 
-        def submit(i: int, tasks: list[ClientTask]):
+        def submit(i: int, tasks: list[ClientTask]) -> None:
             keys = sorted({k for t in tasks for k in t.payload_keys})
-            return self.actors[i].run_batch.remote(tasks, keys, *(refs[k] for k in keys))
+            running[self.actors[i].run_batch.remote(tasks, keys, *(refs[k] for k in keys))] = (i, tasks, self.restarts[i])
 
-        if self.pinned:
+        if self.pinned:  # one batch per home actor
             batches: dict[int, list[ClientTask]] = {}
             for task in plan.tasks:
                 batches.setdefault(self.owner[task.client_id], []).append(task)
-            parts = self._gather([submit(i, tasks) for i, tasks in batches.items()], stage)
+            for i, tasks in batches.items():
+                submit(i, tasks)
+            refill: Callable[[int], None] = lambda i: None  # noqa: E731
         else:
-            parts = self._collect(lambda: self._balanced(plan.tasks, submit), stage)
-        return sorted((u for part in parts for u in part), key=lambda u: u.client_id)
+            refill = self._balanced(plan.tasks, submit)
+        results = []
+        while running:
+            left = None if deadline is None else max(0.0, deadline - time.monotonic())
+            ready, _ = ray.wait(list(running), num_returns=1, timeout=left)
+            if not ready:
+                raise RoundTimeout(self._timeout_message(round, running.values()))
+            i, tasks, incarnation = running.pop(ready[0])
+            try:
+                results.append(ray.get(ready[0]))
+            except (RayActorError, RayTaskError) as err:
+                if isinstance(err, RayTaskError) and not isinstance(err, HostNotSetUp):
+                    raise  # a task that failed, not an actor that died
+                if incarnation == self.restarts[i]:  # the first of its lost batches to come back
+                    self._recover(i, err, f"round {round}")
+                self.retried += len(tasks)
+                submit(i, tasks)  # the lost tasks run again on the restarted actor
+                continue
+            refill(i)
+        return sorted((u for part in results for u in part), key=lambda u: u.client_id)
 
-    def _balanced(self, tasks: list[ClientTask], submit) -> list[list[ClientUpdate]]:
-        """Longest first, each actor kept ``QUEUED`` batches deep until no task is left. A batch takes
+    def _balanced(self, tasks: list[ClientTask], submit) -> Callable[[int], None]:
+        """Submit the first batches and return ``refill(i)``, which gives actor ``i`` its next batch.
+
+        Longest first, each actor kept ``QUEUED`` batches deep until no task is left. A batch takes
         1 / (QUEUED x actors) of the tasks left (guided self-scheduling): large batches while much
         is left, single tasks at the end, so the actors finish together."""
         todo: dict[Any, list[ClientTask]] = {}
@@ -92,38 +132,76 @@ class RayExecutor:
             todo.setdefault(self._kind(task), []).append(task)
         takers = {kind: [i for i, slot in enumerate(self.slots) if slot.arch == kind] for kind in todo}
 
-        def next_batch(kind) -> list[ClientTask]:
-            left = todo[kind]
-            size = max(1, math.ceil(len(left) / (self.QUEUED * len(takers[kind]))))
-            batch, todo[kind] = left[:size], left[size:]
-            return batch
+        def refill(i: int) -> None:
+            kind = self.slots[i].arch if self.slots[0].arch is not None else None
+            left = todo.get(kind)
+            if left:
+                size = max(1, math.ceil(len(left) / (self.QUEUED * len(takers[kind]))))
+                todo[kind] = left[size:]
+                submit(i, left[:size])
 
-        running, results = {}, []
         for _ in range(self.QUEUED):
-            for kind, actors in takers.items():
+            for actors in takers.values():
                 for i in actors:
-                    if todo[kind]:
-                        running[submit(i, next_batch(kind))] = (i, kind)
-        while running:
-            [done], _ = ray.wait(list(running), num_returns=1)
-            i, kind = running.pop(done)
-            results.append(ray.get(done))
-            if todo[kind]:
-                running[submit(i, next_batch(kind))] = (i, kind)
-        return results
+                    refill(i)
+        return refill
+
+    def _recover(self, i: int, err: RayActorError, stage: str) -> None:
+        """Client actor ``i`` died: once Ray has restarted it, set its clients up again with their
+        state from the last checkpoint. ClientActorLost when it cannot come back (its node left,
+        its restarts are spent, it does not start again)."""
+        slot = self.slots[i]
+        alive = {n.node_id for n in alive_nodes(ray.nodes())}
+        if slot.server or self.restarts[i] >= self.max_restarts or slot.node_id not in alive:
+            raise self._lost_error(err, stage)
+        self.restarts[i] += 1
+        args, kwargs = self.setup_args[i]
+        deadline = time.monotonic() + RESTART_TIMEOUT_S
+        while True:
+            try:
+                left = max(0.0, deadline - time.monotonic())
+                ray.get(self.actors[i].setup.remote(*args, **kwargs), timeout=left)
+                ray.get([self.actors[i].load_client_states.remote(part) for part in self.saved], timeout=left)
+                break
+            except ActorUnavailableError:  # still restarting: ask again
+                if time.monotonic() > deadline:
+                    raise self._lost_error(err, stage) from None
+                time.sleep(0.1)
+            except (RayError, GetTimeoutError):  # dead for good, or pinned to a node that left (unschedulable)
+                raise self._lost_error(err, stage) from None
+        state = "their state of the last checkpoint" if self.saved else "their initial state (no checkpoint yet)"
+        self.faults.append(f"client actor {i} (clients {_short([c.client_id for c in self.groups[i]])}) died during "
+                           f"{stage} ({str(err).splitlines()[0][:160]}); Ray restarted it ({self.restarts[i]} of "
+                           f"runtime.actor_restarts = {self.max_restarts}), its clients got {state}, and its "
+                           f"lost tasks ran again")
+
+    def take_faults(self) -> tuple[list[str], int]:
+        """What the executor survived since the last call: a line per restarted actor, and how many
+        tasks ran again (the round logs them)."""
+        faults, retried, self.faults, self.retried = self.faults, self.retried, [], 0
+        return faults, retried
+
+    def _timeout_message(self, round: int, running) -> str:
+        waiting = sorted({t.client_id for _, tasks, _ in running for t in tasks})
+        return (f"round {round} did not finish within runtime.round_timeout_s = {self.timeout:g} s: "
+                f"the client actors running clients {_short(waiting)} did not answer")
 
     def _kind(self, task: ClientTask) -> Any:
         """Which actors may run a task: those of its architecture with per-architecture GPU shares."""
         return task.arch if self.slots[0].arch is not None else None
 
     def client_states(self) -> dict[int, dict[str, Any]]:
+        """Every client's state, for the checkpoint; kept (in the object store) for restarted actors."""
+        parts = [a.client_states.remote() for a in self.actors]
         states: dict[int, dict[str, Any]] = {}
-        for part in self._gather([a.client_states.remote() for a in self.actors], "checkpoint"):
+        for part in self._gather(parts, "checkpoint"):
             states.update(part)
+        self.saved = parts
         return states
 
     def load_client_states(self, states: dict[int, dict[str, Any]]) -> None:
-        self._gather([a.load_client_states.remote(states) for a in self.actors], "resume")
+        self.saved = [ray.put(states)]
+        self._gather([a.load_client_states.remote(self.saved[0]) for a in self.actors], "resume")
 
     def node_ids(self) -> list[str]:
         return self._gather([a.node_id.remote() for a in self.actors], "placement check")
@@ -149,15 +227,19 @@ class RayExecutor:
         try:
             return wait()
         except RayActorError as err:
-            lost = self._lost()
-            ids = [c.client_id for i in lost for c in self.groups[i]]
-            alive = {n.node_id for n in alive_nodes(ray.nodes())}
-            gone = sorted({self._node_name(self.slots[i].node_id) for i in lost if self.slots[i].node_id not in alive})
-            where = f" (node {', '.join(gone)} left the cluster)" if gone else ""
-            raise ClientActorLost(
-                f"a client actor (hosting clients {_short(ids)}) died during {stage}{where}: "
-                f"{str(err).splitlines()[0]}"
-            ) from None
+            raise self._lost_error(err, stage) from None
+
+    def _lost_error(self, err: RayActorError, stage: str) -> ClientActorLost:
+        """Which client actors are gone (each pinged), their clients and nodes, in one line."""
+        lost = self._lost()
+        ids = [c.client_id for i in lost for c in self.groups[i]]
+        alive = {n.node_id for n in alive_nodes(ray.nodes())}
+        gone = sorted({self._node_name(self.slots[i].node_id) for i in lost if self.slots[i].node_id not in alive})
+        where = f" (node {', '.join(gone)} left the cluster)" if gone else ""
+        spent = any(self.restarts[i] >= self.max_restarts for i in lost)
+        again = f", its restarts spent (runtime.actor_restarts = {self.max_restarts})" if spent and not gone else ""
+        return ClientActorLost(f"a client actor (hosting clients {_short(ids)}) died during {stage}{where}{again}: "
+                               f"{str(err).splitlines()[0]}")
 
     def _node_name(self, node_id: str) -> str:
         """``address/id-prefix``: the address for people, the id for nodes sharing an address."""

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import ctypes
 import importlib
+import os
 import threading
 from typing import Any, Optional
 
@@ -30,6 +31,10 @@ def release_free_memory() -> None:
         pass
 
 
+class HostNotSetUp(RuntimeError):
+    """A client actor that Ray restarted was asked to work before its clients were set up again."""
+
+
 HOST_GROUPS = {"host": 1}  # a host's methods run one at a time, beside the actor's own (the server's round)
 
 
@@ -44,6 +49,11 @@ class HostActor:
 
     host = None
 
+    def _host(self):
+        if self.host is None:  # Ray restarted this actor: it has no clients until ``setup`` again
+            raise HostNotSetUp("this client actor was restarted and has no clients set up")
+        return self.host
+
     @host_method
     def setup(self, *args: Any, **kwargs: Any) -> dict[str, Any]:
         """``ClientHost(*args, **kwargs)``; returns where it runs (``placement``)."""
@@ -54,25 +64,30 @@ class HostActor:
 
     @host_method
     def run(self, task, *downloads):
-        return self.host.run(task, *downloads)
+        return self._host().run(task, *downloads)
 
     @host_method
     def run_batch(self, tasks, keys, *payloads):
         try:
-            return self.host.run_batch(tasks, keys, *payloads)
+            return self._host().run_batch(tasks, keys, *payloads)
         finally:
             release_free_memory()
 
     @host_method
     def client_states(self):
-        return self.host.client_states()
+        return self._host().client_states()
 
     @host_method
     def load_client_states(self, states) -> None:
-        self.host.load_client_states(states)
+        self._host().load_client_states(states)
 
     def hosted(self) -> list[int]:
-        return self.host.hosted()
+        return self._host().hosted()
+
+    @host_method
+    def pid(self) -> int:
+        """The actor's process id (fault-injection tests ``kill -9`` it)."""
+        return os.getpid()
 
     @host_method  # not in the server's own group, which is busy asking
     def node_id(self) -> str:
@@ -117,7 +132,7 @@ class ClientPool:
         client_actor = ray.remote(concurrency_groups=HOST_GROUPS)(ClientActor)
         self.actors = [
             server if slot.server else client_actor.options(
-                num_cpus=slot.cpus, num_gpus=slot.gpus,
+                num_cpus=slot.cpus, num_gpus=slot.gpus, max_restarts=config.runtime.actor_restarts,
                 scheduling_strategy=NodeAffinitySchedulingStrategy(node_id=slot.node_id, soft=False),
             ).remote()
             for slot in self.slots]

@@ -196,6 +196,10 @@ class RuntimeConfig(_Section):
     its node (one torch process less: about 330 MB and 3 s of start-up on 2 cores). The server
     then asks for ``max(server_cpus, actor_cpus)`` CPUs. ``auto``: when no GPU share is asked for
     and the driver's node has those CPUs.
+    ``actor_restarts``: how often Ray restarts a client actor that dies (crash, ``kill -9``, out of
+    memory); the restarted actor gets its clients back with their state from the last checkpoint,
+    and the round's lost tasks run again on it. ``round_timeout_s``: a round whose client tasks
+    have not all answered after this many seconds stops the run (None: no deadline).
     """
 
     backend: Literal["ray", "local"] = "ray"
@@ -212,6 +216,8 @@ class RuntimeConfig(_Section):
     dashboard: bool = False
     actor_output: bool = False
     server_hosts_clients: Union[Literal["auto"], bool] = "auto"
+    actor_restarts: int = Field(3, ge=0)
+    round_timeout_s: Optional[float] = Field(None, gt=0)
 
     @field_validator("clients_per_actor")
     @classmethod

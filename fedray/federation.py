@@ -242,10 +242,10 @@ class Federation:
 
     def _faults(self) -> dict[str, float]:
         """What the executor survived this round (client actors restarted, tasks run again), logged."""
-        faults = getattr(self.executor, "take_faults", lambda: [])()
-        for text in faults:
-            self.writer.log_text("runtime/faults", f"round {self.round}: {text}", self.round)
-        return {"runtime/actor_restarts": float(len(faults))} if faults else {}
+        faults, retried = getattr(self.executor, "take_faults", lambda: ([], 0))()
+        if faults:
+            self.writer.log_text("runtime/faults", "\n".join(f"round {self.round}: {t}" for t in faults), self.round)
+        return {"runtime/actor_restarts": float(len(faults)), "runtime/tasks_retried": float(retried)} if faults else {}
 
     def evaluate(self) -> dict[str, float]:
         """The strategy's test metrics (by default each architecture's model on each group's test set)."""
