@@ -142,8 +142,31 @@ def start_server(config: Config, method: Optional[Method], run_dir: Path, resume
     return server
 
 
+@contextmanager
+def own_session():
+    """While ``ray.init`` starts a local Ray, its processes start in a session of their own, so a
+    signal to the driver's process group (Ctrl-C in a terminal, ``timeout``, a scheduler's SIGTERM)
+    reaches the driver alone, which then ends the round under way and writes a checkpoint (Ray
+    already blocks SIGINT in them, not SIGTERM). They still end with the driver (Ray's fate sharing)."""
+    from ray._private import services
+
+    popen = getattr(services, "ConsolePopen", None)
+    if popen is None:
+        yield
+        return
+
+    class SessionPopen(popen):
+        def __init__(self, *args, **kwargs):
+            kwargs.setdefault("start_new_session", True)
+            super().__init__(*args, **kwargs)
+
+    with mock.patch.object(services, "ConsolePopen", SessionPopen):
+        yield
+
+
 def ray_stepper(config: Config, method: Optional[Method], run_dir: Path, resume: bool) -> Stepper:
-    started = connect(config.runtime)
+    with own_session():
+        started = connect(config.runtime)
     try:
         server = start_server(config, method, run_dir, resume)
     except BaseException:
@@ -158,7 +181,8 @@ def ray_stepper(config: Config, method: Optional[Method], run_dir: Path, resume:
         return summary
 
     return Stepper(lambda: unwrap(lambda: ray.get(server.current_round.remote())),
-                   lambda: unwrap(lambda: ray.get(server.run_round.remote())), finish)
+                   lambda: unwrap(lambda: ray.get(server.run_round.remote())), finish,
+                   lambda: unwrap(lambda: ray.get(server.checkpoint.remote())))
 
 
 def unwrap(call: Callable[[], Any]) -> Any:

@@ -78,6 +78,11 @@ class ServerActor(HostActor):
         finally:
             release_free_memory()
 
+    def checkpoint(self) -> int:
+        """Write the checkpoint of the round now (the driver stops on a signal); returns the round."""
+        self.federation.save_checkpoint()
+        return self.federation.round
+
     def assigned_resources(self) -> dict[str, float]:
         """The CPUs and GPU share Ray gave this actor (``runtime.server_cpus``/``server_gpus``)."""
         return dict(ray.get_runtime_context().get_assigned_resources())

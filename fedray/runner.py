@@ -13,6 +13,9 @@ story: the traceback here and every traceback from the actors it passed through.
 from __future__ import annotations
 
 import re
+import signal
+import sys
+import threading
 import time
 import traceback
 from dataclasses import dataclass
@@ -51,6 +54,37 @@ class Stepper:
     current_round: Callable[[], int]
     run_round: Callable[[], RoundResult]
     finish: Callable[[], dict[str, Any]]
+    checkpoint: Callable[[], Any]  # write the checkpoint of the round now
+
+
+class StopSignal:
+    """While active (in the main thread): the first SIGINT or SIGTERM asks the run to stop after
+    the round under way (``received`` names it), a second one stops it at once (KeyboardInterrupt)."""
+
+    def __init__(self):
+        self.received: Optional[str] = None
+        self._previous: dict[int, Any] = {}
+
+    def __enter__(self) -> "StopSignal":
+        if threading.current_thread() is threading.main_thread():
+            for sig in (signal.SIGINT, signal.SIGTERM):
+                self._previous[sig] = signal.signal(sig, self._handle)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        for sig, handler in self._previous.items():
+            signal.signal(sig, handler)
+
+    def _handle(self, signum: int, frame) -> None:
+        if self.received is not None:
+            raise KeyboardInterrupt
+        self.received = signal.Signals(signum).name
+        print(f"\nfedray: {self.received}: stopping after this round with a checkpoint (again: stop at once)",
+              file=sys.stderr, flush=True)
+
+
+class Stopped(Exception):
+    """The run stopped on a signal, its checkpoint written."""
 
 
 def local_stepper(config: Config, method: Optional[Method], run_dir: Path, resume: bool) -> Stepper:
@@ -58,7 +92,7 @@ def local_stepper(config: Config, method: Optional[Method], run_dir: Path, resum
     from fedray.federation import Federation
 
     fed = Federation(config, run_dir, LocalExecutor, resume=resume, method=method)
-    return Stepper(lambda: fed.round, fed.run_round, fed.finish)
+    return Stepper(lambda: fed.round, fed.run_round, fed.finish, fed.save_checkpoint)
 
 
 def run_experiment(config: Config, run_dir: str | Path, resume: bool = False, progress: bool = True,
@@ -76,15 +110,18 @@ def run_experiment(config: Config, run_dir: str | Path, resume: bool = False, pr
     """
     run_dir = Path(run_dir)
     try:
-        if config.runtime.backend == "local":
-            stepper = local_stepper(config, method, run_dir, resume)
-        else:
-            from actors.driver import ray_stepper
+        with StopSignal() as stop:
+            if config.runtime.backend == "local":
+                stepper = local_stepper(config, method, run_dir, resume)
+            else:
+                from actors.driver import ray_stepper
 
-            stepper = ray_stepper(config, method, run_dir, resume)
-        announce()
-        _step_all(stepper, config, progress)
-        return stepper.finish()
+                stepper = ray_stepper(config, method, run_dir, resume)
+            announce()
+            _step_all(stepper, config, progress, stop)
+            return stepper.finish()
+    except Stopped as done:
+        raise RunFailed(resume_hint(f"stopped by {done}", run_dir)) from None
     except KeyboardInterrupt:
         raise RunFailed(resume_hint("interrupted", run_dir)) from None
     except Exception as err:  # any failure: one line here, the whole story in error.log
@@ -94,11 +131,17 @@ def run_experiment(config: Config, run_dir: str | Path, resume: bool = False, pr
         raise RunFailed(resume_hint(f"{one_line(root_cause(err))} (traceback: {log})", run_dir)) from None
 
 
-def _step_all(stepper: Stepper, config: Config, progress: bool) -> None:
+def _step_all(stepper: Stepper, config: Config, progress: bool, stop: StopSignal) -> None:
+    """Run the rounds left, with a progress bar; on a stop signal, end the round under way, write
+    its checkpoint and raise Stopped."""
     start, total = stepper.current_round(), config.federation.rounds
     with tqdm(total=total, initial=start, desc=config.name, unit="round", disable=not progress,
               dynamic_ncols=True) as bar:
-        for _ in range(start, total):
+        for done in range(start, total):
+            if stop.received:
+                if done:
+                    stepper.checkpoint()
+                raise Stopped(f"{stop.received} after round {done}")
             result = stepper.run_round()
             bar.set_postfix({k.split("/")[-1]: f"{v:.4f}" for k, v in result.metrics.items()
                              if k in ("eval/accuracy", "train/loss")})
