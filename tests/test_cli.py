@@ -254,6 +254,29 @@ def test_resume_refuses_fewer_rounds_than_the_checkpoint_and_a_finished_run(tmp_
     assert (run_dir / "config.yaml").read_bytes() == saved
 
 
+@pytest.mark.parametrize("damage, message", [
+    (lambda b: b[:-7], r"is truncated: \d+ bytes of state where the header says \d+"),
+    (lambda b: b"", r"is empty \(0 bytes\)"),
+    (lambda b: os.urandom(300), "is not a fedray checkpoint"),
+    (lambda b: b[:-1] + bytes([b[-1] ^ 1]), "is damaged: its SHA-256 does not match its header"),
+])
+def test_resume_refuses_a_damaged_checkpoint_and_touches_nothing(tmp_path, capsys, damage, message):
+    run_dir = finished_run(tmp_path, 5)
+    path = run_dir / CHECKPOINT
+    path.write_bytes(damage(path.read_bytes()))
+    line = refused(tmp_path, capsys, "resume", run_dir, "--rounds", "8")
+    assert line.startswith(f"checkpoint {path} ") or line.startswith(f"{path} ")
+    assert __import__("re").search(message, line), line
+
+
+def test_resume_refuses_a_config_that_no_longer_matches_its_checkpoint(tmp_path, capsys):
+    run_dir = finished_run(tmp_path, 5)
+    text = (run_dir / "config.yaml").read_text()
+    (run_dir / "config.yaml").write_text(text.replace("num_clients: 4", "num_clients: 3").replace("mlp: 4", "mlp: 3"))
+    assert "was written with federation.architectures.mlp = 4, but the config says 3" in refused(
+        tmp_path, capsys, "resume", run_dir, "--rounds", "8")
+
+
 def test_overrides_may_follow_an_option(tmp_path, capsys):
     assert _parse(["run", "c.yaml", "a=1", "--no-progress", "b=2", "--run-dir", "x", "c=3"]).overrides == [
         "a=1", "b=2", "c=3"]
