@@ -12,10 +12,15 @@ from typing import Any, Callable
 
 import numpy as np
 import ray
+from ray.exceptions import RayActorError
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from fedray.parameter_tree import ParameterTree, descend
 from fedray.weights import Weights
+
+
+class TreeActorDied(RuntimeError):
+    """The ParameterTreeActor's process ended: the clusters live on only in the last checkpoint."""
 
 
 class ParameterTreeActor(ParameterTree):
@@ -35,7 +40,14 @@ class TreeProxy:
 
     def __getattr__(self, name: str) -> Callable[..., Any]:
         method = getattr(self.actor, name)
-        return lambda *args, **kwargs: ray.get(method.remote(*args, **kwargs))
+
+        def call(*args, **kwargs):
+            try:
+                return ray.get(method.remote(*args, **kwargs))
+            except RayActorError as err:
+                raise TreeActorDied(f"the parameter-tree actor of clustered FL died: {str(err).splitlines()[0]}") from None
+
+        return call
 
     def assign(self, update_at: Callable[[Weights], np.ndarray]) -> int:
         return descend(self, update_at)  # the new client's training stays with the caller

@@ -149,6 +149,15 @@ def _parse(argv: list[str] | None):
 
 
 def main(argv: list[str] | None = None) -> int:
+    """The ``fedray`` command; its exit status. A Ctrl-C after the run's own handling ended it
+    (while its line prints, or Ray shuts down) ends the command quietly with status 1."""
+    try:
+        return _main(argv)
+    except KeyboardInterrupt:
+        return EXIT_RUN
+
+
+def _main(argv: list[str] | None = None) -> int:
     args = _parse(argv)
     if args.command == "report":
         return _report(args)

@@ -71,6 +71,12 @@ class StopSignal:
                 self._previous[sig] = signal.signal(sig, self._handle)
         return self
 
+    def reinstall(self) -> None:
+        """Take the signals back from whatever replaced the handlers since (``ray.init`` installs a
+        SIGTERM handler of its core worker that dumps a stack trace and ends the process)."""
+        for sig in self._previous:
+            signal.signal(sig, self._handle)
+
     def __exit__(self, *exc) -> None:
         for sig, handler in self._previous.items():
             signal.signal(sig, handler)
@@ -117,6 +123,7 @@ def run_experiment(config: Config, run_dir: str | Path, resume: bool = False, pr
                 from actors.driver import ray_stepper
 
                 stepper = ray_stepper(config, method, run_dir, resume)
+            stop.reinstall()
             announce()
             _step_all(stepper, config, progress, stop)
             return stepper.finish()
