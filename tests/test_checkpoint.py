@@ -12,6 +12,7 @@ from fedray.config import build_config
 
 CONFIG = build_config({"name": "ck", "federation": {"num_clients": 4, "clients_per_round": 2,
                                                     "architectures": {"mlp": 4}}}).to_dict()
+pytestmark = pytest.mark.faults
 STATE = {"round": 7, "strategy": {"models": {"mlp": {"w": np.arange(12, dtype=np.float32).reshape(3, 4)}}}}
 
 

@@ -12,6 +12,8 @@ from fedray.tracking import read_scalars
 from fedray.weights import all_finite
 from tests.test_runner import local_config
 
+pytestmark = pytest.mark.faults
+
 
 def test_all_finite_looks_into_every_float_of_a_payload():
     good = {"w": np.ones((2, 2), np.float32), "n": np.array([3]), "m": [1.0, (np.zeros(1),)], "b": b"\xff\xff"}

@@ -38,6 +38,7 @@ def test_clients_spread_over_two_nodes_and_learn(tmp_path):
         cluster.shutdown()
 
 
+@pytest.mark.faults
 def test_pool_sized_per_node_and_a_lost_node_names_the_checkpoint(tmp_path):
     """Three nodes of 1, 2 and 3 CPUs get 1, 2 and 3 one-CPU client actors; removing the 3-CPU node
     mid-run ends the run with one line naming the node, the lost clients and the checkpoint."""

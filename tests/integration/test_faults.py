@@ -1,0 +1,186 @@
+"""Fault injection on a real Ray: client actors killed with SIGKILL, a hung actor, a dead server
+or tree actor, and a driver stopped by signals. (With tests/test_checkpoint.py, test_divergence.py
+and the lost node of test_cluster.py this is the fault suite: ``pytest -m faults``.)"""
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+import psutil
+import pytest
+import ray
+
+from actors.client import RayExecutor, RoundTimeout
+from fedray.checkpoint import CHECKPOINT, checkpoint_round, read_checkpoint
+from fedray.config import save_config
+from fedray.federation import Federation
+from fedray.runner import RunFailed, run_experiment
+from fedray.tracking import read_scalars
+from tests.integration.conftest import small_config
+
+pytestmark = [pytest.mark.integration, pytest.mark.faults]
+ROOT = Path(__file__).resolve().parents[2]
+STC = {"algorithm": {"name": "stc", "p_up": 0.01, "p_down": 0.01},
+       "training": {"lr": 0.02, "momentum": 0.9, "batch_size": 32, "steps": 5}}
+
+
+def kill_9(pid: int) -> None:
+    os.kill(pid, signal.SIGKILL)
+    psutil.Process(pid).wait(10) if psutil.pid_exists(pid) else None
+
+
+def assert_same_state(a: dict, b: dict) -> None:
+    if isinstance(a, dict):
+        assert a.keys() == b.keys()
+        for key in a:
+            assert_same_state(a[key], b[key])
+    elif isinstance(a, np.ndarray):
+        np.testing.assert_array_equal(a, b)
+    else:
+        assert a == b
+
+
+def test_a_client_actor_killed_every_second_round_changes_nothing(local_ray, tmp_path):
+    """STC keeps residuals on the clients. An actor killed with SIGKILL in rounds 2, 4, ..., 10 is
+    restarted by Ray, its clients get their residuals of the last checkpoint (every round here) and
+    the lost tasks run again: the run ends exactly where the undisturbed run ends."""
+    config = small_config(**STC, federation={"rounds": 10, "clients_per_round": 10, "architectures": {"mlp": 10}},
+                          checkpoint_every=1)
+    undisturbed = run_experiment(config, tmp_path / "whole", progress=False)
+    fed = Federation(config, tmp_path / "killed", RayExecutor)
+    for round in range(1, 11):
+        if round % 2 == 0:  # every actor has clients in every round: the kill always costs tasks
+            actor = fed.executor.actors[round // 2 % len(fed.executor.actors)]
+            kill_9(ray.get(actor.pid.remote()))
+        fed.run_round()
+    disturbed = fed.finish()
+    assert abs(disturbed["final"]["eval/accuracy"] - undisturbed["final"]["eval/accuracy"]) < 0.01
+    assert disturbed["final"] == undisturbed["final"] and disturbed["comm"] == undisturbed["comm"]
+    a, b = (read_checkpoint(tmp_path / run / CHECKPOINT) for run in ("whole", "killed"))
+    assert any("residual" in state for state in a["clients"].values())
+    assert_same_state(a["clients"], b["clients"])  # the residuals survived, exactly
+    assert_same_state(a["strategy"]["models"], b["strategy"]["models"])
+    scalars = read_scalars(tmp_path / "killed")
+    assert scalars["runtime/actor_restarts"] == [(r, 1.0) for r in (2, 4, 6, 8, 10)]
+    assert all(v >= 1 for _, v in scalars["runtime/tasks_retried"])
+
+
+def test_a_hung_client_actor_ends_the_round_at_its_deadline(local_ray, tmp_path):
+    fed = Federation(small_config(runtime={"round_timeout_s": 3}), tmp_path, RayExecutor)
+    fed.run_round()
+    pid = ray.get(fed.executor.actors[1].pid.remote())
+    os.kill(pid, signal.SIGSTOP)  # alive but silent
+    try:
+        start = time.monotonic()
+        with pytest.raises(RoundTimeout, match=r"^round 2 did not finish within runtime.round_timeout_s = 3 s: "
+                                               r"the client actors running clients \[[\d, ]+\] did not answer$"):
+            fed.run_round()
+        assert time.monotonic() - start < 10
+    finally:
+        os.kill(pid, signal.SIGCONT)
+        fed.executor.shutdown()
+
+
+def kill_process_when(title: str, run_dir: Path, round: int) -> threading.Thread:
+    """Kill -9 the Ray worker whose process title starts with ``title`` once the run's checkpoint
+    reaches ``round``."""
+    def watch():
+        deadline = time.time() + 60
+        while (checkpoint_round(run_dir) or 0) < round and time.time() < deadline:
+            time.sleep(0.05)
+        for proc in psutil.process_iter(["cmdline"]):
+            if (proc.info["cmdline"] or [""])[0].startswith(title):
+                proc.kill()
+
+    thread = threading.Thread(target=watch, daemon=True)
+    thread.start()
+    return thread
+
+
+@pytest.mark.parametrize("title, tree", [
+    ("ray::ServerActor", {}),
+    ("ray::ParameterTreeActor", {"algorithm": {"name": "cfl", "eps1_fraction": 0.25, "eps2_factor": 3},
+                                 "federation": {"architectures": {"mlp": 10}, "clients_per_round": 10}}),
+])
+def test_a_dead_server_or_tree_actor_stops_the_run_with_the_resume_command(local_ray, tmp_path, title, tree):
+    config = small_config(**{**tree, "federation": {"rounds": 200, **tree.get("federation", {})}}, checkpoint_every=1)
+    watcher = kill_process_when(title, tmp_path, 2)
+    with pytest.raises(RunFailed) as info:
+        run_experiment(config, tmp_path, progress=False)
+    watcher.join()
+    line = str(info.value)
+    saved = checkpoint_round(tmp_path)
+    assert "\n" not in line and saved >= 2
+    assert line.endswith(f"the checkpoint of round {saved} is intact: fedray resume {tmp_path}")
+    assert line.startswith("ServerActorDied: the server actor died" if "Server" in title
+                           else "TreeActorDied: the parameter-tree actor of clustered FL died")
+
+
+def fedray(*args: str, **popen) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-m", "fedray.cli", *args], cwd=ROOT, stderr=subprocess.PIPE,
+                            stdout=subprocess.PIPE, text=True, start_new_session=True, **popen)
+
+
+def wait_for_start(proc: subprocess.Popen) -> None:
+    """Read stderr up to the line that says the run folder exists (the run has started)."""
+    for line in proc.stderr:
+        if line.startswith("fedray: run folder"):
+            return
+    raise AssertionError(f"the run did not start: {proc.wait()}")
+
+
+def wait_for_round(proc: subprocess.Popen, run_dir: Path) -> None:
+    """Wait until the run has logged round 1: round 2 is under way."""
+    wait_for_start(proc)
+    deadline = time.time() + 60
+    while "eval/accuracy" not in read_scalars(run_dir) and time.time() < deadline:
+        time.sleep(0.1)
+
+
+def test_sigterm_to_the_process_group_ends_the_round_and_the_resumed_run_is_identical(local_ray, tmp_path):
+    """As ``timeout`` or a scheduler sends it: to the whole process group, Ray's processes included.
+    The driver ends the round under way, writes its checkpoint and names it; resumed, the run ends
+    bit for bit where an uninterrupted run ends."""
+    config = small_config(federation={"rounds": 100}, checkpoint_every=1000)
+    path = tmp_path / "c.yaml"
+    save_config(config, path)
+    run_dir = tmp_path / "stopped"
+    proc = fedray("run", str(path), "--run-dir", str(run_dir), "--no-progress")
+    wait_for_round(proc, run_dir)
+    os.killpg(proc.pid, signal.SIGTERM)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 1, err
+    last = err.strip().splitlines()[-1]
+    saved = checkpoint_round(run_dir)
+    assert saved is not None and 1 <= saved < 100, last  # written at the stop: checkpoint_every is 1000
+    assert last == (f"fedray: error: stopped by SIGTERM after round {saved}; the checkpoint of round {saved} "
+                    f"is intact: fedray resume {run_dir}")
+    resumed = fedray("resume", str(run_dir), "--rounds", str(saved + 1), "--no-progress")
+    assert resumed.wait(timeout=180) == 0, resumed.stderr.read()
+    whole = tmp_path / "whole"
+    run_experiment(small_config(federation={"rounds": saved + 1}), whole, progress=False)
+    a, b = (read_checkpoint(d / CHECKPOINT) for d in (whole, run_dir))
+    assert a["round"] == b["round"] == saved + 1
+    assert_same_state(a["strategy"]["models"], b["strategy"]["models"])
+    assert read_scalars(run_dir)["eval/accuracy"] == read_scalars(whole)["eval/accuracy"]
+
+
+def test_a_second_ctrl_c_stops_at_once(tmp_path):
+    config = small_config(federation={"rounds": 10_000}, runtime={"backend": "local", "torch_threads": 1})
+    path = tmp_path / "c.yaml"
+    save_config(config, path)
+    proc = fedray("run", str(path), "--run-dir", str(tmp_path / "run"), "--no-progress")
+    wait_for_round(proc, tmp_path / "run")
+    os.killpg(proc.pid, signal.SIGINT)
+    time.sleep(0.3)  # a round takes a second or two: the second comes in the same round
+    os.killpg(proc.pid, signal.SIGINT)
+    _, err = proc.communicate(timeout=30)
+    lines = err.strip().splitlines()
+    assert proc.returncode == 1
+    assert lines[-2] == "fedray: SIGINT: stopping after this round with a checkpoint (again: stop at once)"
+    assert lines[-1].startswith("fedray: error: interrupted; ")
