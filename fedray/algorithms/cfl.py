@@ -38,6 +38,7 @@ from pydantic import Field
 from fedray.algorithms.base import ClientAlgorithm, Params, ServerContext, Strategy, Trained, VirtualClient, task_seed
 from fedray.algorithms.helpers import mean_client_loss, sample_weights
 from fedray.clustering import OrthonormalTransform, alpha_threshold, decide_split
+from fedray.config import Config
 from fedray.messages import ClientTask, ClientUpdate, RoundPlan
 from fedray.parameter_tree import ParameterTree, Split, TreeView
 from fedray.weights import Weights, is_update
@@ -105,14 +106,20 @@ class CFL(Strategy):
     Params = CFLParams
     Client = CFLClient
 
+    @classmethod
+    def config_problem(cls, config: Config) -> Optional[str]:
+        fed = config.federation
+        if len(fed.architectures) != 1:
+            return (f"bad config value federation.architectures: cfl compares updates of one architecture; "
+                    f"got {', '.join(fed.architectures)}")
+        schedule = (config.algorithm.model_extra or {}).get("schedule", "parallel")
+        if schedule == "parallel" and fed.clients_per_round != fed.num_clients:
+            return (f"bad config value federation.clients_per_round = {fed.clients_per_round}: cfl trains every "
+                    f"client each round (Alg. 12): set it to num_clients = {fed.num_clients}")
+        return None
+
     def __init__(self, params: CFLParams, ctx: ServerContext):
         super().__init__(params, ctx)
-        fed = self.config.federation
-        if len(self.models) != 1:
-            raise ValueError(f"cfl compares updates of one architecture; got {', '.join(self.models)}")
-        if params.schedule == "parallel" and fed.clients_per_round != fed.num_clients:
-            raise ValueError(f"cfl trains every client each round (Alg. 12): set federation.clients_per_round "
-                             f"= num_clients = {fed.num_clients} (got {fed.clients_per_round})")
         self.arch = next(iter(self.models))
         self.threshold = alpha_threshold(params.gamma_max) if params.gamma_max is not None else params.alpha_thresh
         make_tree = ctx.tree_factory or ParameterTree

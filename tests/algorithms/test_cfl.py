@@ -6,6 +6,8 @@ different images, which the model can fit together, so both gradients vanish. In
 hold the same images, one with every label pair swapped, which no model can fit at once.
 """
 
+import re
+
 import numpy as np
 import pytest
 import torch
@@ -13,7 +15,7 @@ import torch
 from fedray.algorithms import ServerContext
 from fedray.algorithms.base import VirtualClient
 from fedray.clients import model_builder, run_task
-from fedray.config import build_config
+from fedray.config import ConfigError, build_config
 from fedray.data.datasets import load_dataset
 from fedray.experiment import resolve
 from fedray.messages import ClientSpec, ClientUpdate
@@ -138,15 +140,17 @@ def test_state_dict_round_trip_keeps_the_tree():
 
 
 @pytest.mark.parametrize("federation, message", [
-    ({"num_clients": 4, "clients_per_round": 2, "architectures": {"mlp": 4}}, "clients_per_round = num_clients = 4"),
+    ({"num_clients": 4, "clients_per_round": 2, "architectures": {"mlp": 4}},
+     "federation.clients_per_round = 2: cfl trains every client each round (Alg. 12): set it to num_clients = 4"),
     ({"num_clients": 4, "clients_per_round": 4, "architectures": {"mlp": 2, "cnn": 2}}, "one architecture"),
 ])
 def test_cfl_rejects_partial_participation_and_mixed_architectures(federation, message):
-    config = build_config({"federation": federation, "algorithm": {"name": "cfl"}})
-    archs = [a for a, n in federation["architectures"].items() for _ in range(n)]
-    specs = [ClientSpec(i, archs[i], np.arange(3)) for i in range(4)]
-    with pytest.raises(ValueError, match=message):
-        make_strategy(config, specs, lambda arch: Line())
+    """In ``resolve``, before a run folder is made."""
+    with pytest.raises(ConfigError, match=re.escape(message)):
+        resolve(build_config({"federation": federation, "algorithm": {"name": "cfl"}}))
+    recursive = build_config({"federation": {**federation, "architectures": {"mlp": 4}},
+                              "algorithm": {"name": "cfl", "schedule": "recursive"}})
+    assert resolve(recursive).name == "cfl"  # the recursive schedule trains one cluster a round
 
 
 # -- Fig. 6.7 on real data --------------------------------------------------------------------------
