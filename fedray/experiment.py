@@ -20,6 +20,7 @@ from fedray.algorithms.base import ClientAlgorithm, Params, ServerContext, Strat
 from fedray.config import Config, ConfigError, format_error
 from fedray.data import dataset_names
 from fedray.models import model_names
+from fedray.models.registry import model_options
 from fedray.weights import Weights
 
 
@@ -84,7 +85,12 @@ def _check_names(config: Config) -> None:
         if arch not in model_names():
             raise ConfigError(f"bad config value federation.architectures: unknown model {arch!r}; "
                               f"valid models are {', '.join(model_names())}")
-    for arch in config.federation.model_options:
+    for arch, options in config.federation.model_options.items():
         if arch not in config.federation.architectures:
             raise ConfigError(f"bad config value federation.model_options.{arch}: "
                               f"{arch!r} is not one of the run's architectures")
+        valid = model_options(arch)
+        unknown = sorted(set(options) - set(valid))
+        if unknown:
+            raise ConfigError(f"bad config value federation.model_options.{arch}: unknown option(s) "
+                              f"{', '.join(unknown)}; {arch} takes {', '.join(valid) or 'none'}")

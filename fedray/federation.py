@@ -21,12 +21,12 @@ from fedray.algorithms import ServerContext, Strategy
 from fedray.algorithms.helpers import initial_model
 from fedray.clients import model_builder
 from fedray.checkpoint import CHECKPOINT, read_checkpoint, write_checkpoint
-from fedray.config import Config, save_config
+from fedray.config import Config, ConfigError, save_config
 from fedray.data import DatasetBundle, label_counts, load_dataset, partition, partition_figure
 from fedray.data.auxiliary import aux_source, carve_aux, foreign_aux, split_negatives
 from fedray.data.shifts import adversary_ids, apply_group, client_groups
 from fedray.experiment import Method, resolve
-from fedray.messages import ClientSpec, ClientUpdate, RoundPlan, RoundResult
+from fedray.messages import ClientSpec, ClientUpdate, RoundPlan, RoundResult, one_line
 from fedray.pretrain import pretrained_weights
 from fedray.tracking import RunWriter, render
 from fedray.training import cap_gpu_memory, evaluate, resolve_device, set_torch_threads
@@ -96,6 +96,19 @@ def initial_models(config: Config, architectures: list[str], build: Callable[[st
     return models, info
 
 
+def check_models(config: Config, build: Callable[[str], torch.nn.Module], archs: list[str],
+                 input_shape: tuple[int, ...]) -> None:
+    """Build each architecture once: an option value a model cannot take (``hidden: -5``, a width
+    that does not fit the input) is a ConfigError naming it, before the run folder is made."""
+    for arch in archs:
+        try:
+            build(arch)
+        except Exception as err:  # noqa: BLE001 - whatever the model's constructor raises: one line
+            options = config.federation.model_options.get(arch, {})
+            raise ConfigError(f"bad config value federation.model_options.{arch} = {options}: model {arch!r} cannot "
+                              f"be built for inputs of shape {tuple(input_shape)}: {one_line(err)}") from None
+
+
 def make_clients(config: Config, bundle: DatasetBundle, pools_data: bool) -> list[ClientSpec]:
     """Split the training data and give clients their architectures (in config order, in blocks)."""
     fed, d = config.federation, config.data
@@ -141,8 +154,7 @@ class Federation:
         self.config = config
         self.method = method or resolve(config)
         self.checkpoints = checkpoints
-        self.run_dir = Path(run_dir)
-        self.run_dir.mkdir(parents=True, exist_ok=True)
+        self.run_dir = Path(run_dir)  # made once the config has proved runnable: data, models, strategy
         set_torch_threads(config.runtime.torch_threads or os.cpu_count() or 1)
         self.device = resolve_device(config.runtime.device, config.runtime.server_gpus)
         cap_gpu_memory(self.device, config.runtime.server_gpus)
@@ -154,8 +166,9 @@ class Federation:
             drawer = ThreadPoolExecutor(1, thread_name_prefix="partition-figure")
             self._partition = drawer.submit(lambda: render(partition_figure(self.counts, self.data.classes)))
             drawer.shutdown(wait=False)
-        self.initial, self.pretrained = initial_models(config, list(dict.fromkeys(c.arch for c in self.clients)),
-                                                       build, self.data, self.device)
+        archs = list(dict.fromkeys(c.arch for c in self.clients))
+        check_models(config, build, archs, self.data.input_shape)
+        self.initial, self.pretrained = initial_models(config, archs, build, self.data, self.device)
         context = ServerContext(config, self.clients, build, tree_factory, aux_x=self.data.aux_x,
                                 test_x=self.data.test_x, test_y=self.data.test_y, device=self.device,
                                 initial_models=self.initial, negatives_x=self.data.negatives_x,
@@ -172,6 +185,7 @@ class Federation:
         # the clients' hosts (or Ray's object store) hold the training set now; the server keeps only
         # what it evaluates and distils on
         self.data.train_x = self.data.train_y = None
+        self.run_dir.mkdir(parents=True, exist_ok=True)
         save_config(config, self.run_dir / "config.yaml")  # on resume, records an extended round count
         if checkpoint is not None:
             self._restore(checkpoint)

@@ -277,6 +277,17 @@ def test_resume_refuses_a_config_that_no_longer_matches_its_checkpoint(tmp_path,
         tmp_path, capsys, "resume", run_dir, "--rounds", "8")
 
 
+def test_model_options_a_model_cannot_take_are_refused_before_the_run_folder(tmp_path, capsys):
+    config = config_file(tmp_path)
+    for command in ("check", "run"):  # an unknown option: by name, without building the model
+        assert refused(tmp_path, capsys, command, config, "federation.model_options={mlp: {bogus: 1}}") == (
+            "bad config value federation.model_options.mlp: unknown option(s) bogus; mlp takes hidden")
+    # a value the model cannot take: found when the run builds its models, still before the folder
+    assert refused(tmp_path, capsys, "run", config, "federation.model_options={mlp: {hidden: [-5]}}").startswith(
+        "bad config value federation.model_options.mlp = {'hidden': [-5]}: model 'mlp' cannot be built for inputs "
+        "of shape (1, 8, 8): ValueError: model 'mlp' needs hidden to be positive ints, got (-5,)")
+
+
 def test_overrides_may_follow_an_option(tmp_path, capsys):
     assert _parse(["run", "c.yaml", "a=1", "--no-progress", "b=2", "--run-dir", "x", "c=3"]).overrides == [
         "a=1", "b=2", "c=3"]

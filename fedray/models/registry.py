@@ -21,9 +21,9 @@ def model_names() -> list[str]:
     return sorted(MODELS)
 
 
-def _options(constructor: Callable[..., FedModel]) -> list[str]:
-    """Names of the keyword options a constructor takes beyond input_shape and num_classes."""
-    params = inspect.signature(constructor).parameters
+def model_options(name: str) -> list[str]:
+    """Names of the keyword options model ``name`` takes beyond input_shape and num_classes."""
+    params = inspect.signature(MODELS[name]).parameters
     return [p for p in params if p not in ("self", "input_shape", "num_classes")]
 
 
@@ -45,7 +45,7 @@ def create_model(name: str, input_shape: tuple[int, ...], num_classes: int, **kw
     """
     if name not in MODELS:
         raise ValueError(f"unknown model {name!r}; valid models: {', '.join(model_names())}")
-    valid = _options(MODELS[name])
+    valid = model_options(name)
     unknown = sorted(set(kwargs) - set(valid))
     if unknown:
         raise ValueError(
