@@ -110,9 +110,11 @@ class RayExecutor:
             i, tasks, incarnation = running.pop(ready[0])
             try:
                 results.append(ray.get(ready[0]))
-            except (RayActorError, RayTaskError) as err:
+            except RayError as err:
                 if isinstance(err, RayTaskError) and not isinstance(err, HostNotSetUp):
                     raise  # a task that failed, not an actor that died
+                if not isinstance(err, (RayActorError, HostNotSetUp)):  # e.g. unschedulable: its node left
+                    raise self._lost_error(err, f"round {round}") from None
                 if incarnation == self.restarts[i]:  # the first of its lost batches to come back
                     self._recover(i, err, f"round {round}")
                 self.retried += len(tasks)
@@ -229,7 +231,7 @@ class RayExecutor:
         except RayActorError as err:
             raise self._lost_error(err, stage) from None
 
-    def _lost_error(self, err: RayActorError, stage: str) -> ClientActorLost:
+    def _lost_error(self, err: Exception, stage: str) -> ClientActorLost:
         """Which client actors are gone (each pinged), their clients and nodes, in one line."""
         lost = self._lost()
         ids = [c.client_id for i in lost for c in self.groups[i]]

@@ -90,7 +90,7 @@ def kill_process_when(title: str, run_dir: Path, round: int) -> threading.Thread
     """Kill -9 the Ray worker whose process title starts with ``title`` once the run's checkpoint
     reaches ``round``."""
     def watch():
-        deadline = time.time() + 60
+        deadline = time.time() + 300
         while (checkpoint_round(run_dir) or 0) < round and time.time() < deadline:
             time.sleep(0.05)
         for proc in psutil.process_iter(["cmdline"]):
