@@ -25,6 +25,9 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationErr
 class ConfigError(ValueError):
     """A config problem, described in one line for the user."""
 
+    def __init__(self, message: str):  # a key or value with a line break in it stays on the line, escaped
+        super().__init__(message if message.isprintable() else repr(message)[1:-1])
+
 
 class _Section(BaseModel):
     model_config = ConfigDict(extra="forbid", validate_assignment=True)
@@ -346,7 +349,7 @@ def parse_overrides(overrides: list[str]) -> list[tuple[list[str], Any]]:
             raise ConfigError(f"override '{item}' is not of the form key=value")
         try:
             value = yaml.safe_load(raw) if raw else ""
-        except yaml.YAMLError:
+        except (yaml.YAMLError, ValueError, RecursionError):  # e.g. 2020-13-45, a date PyYAML cannot make
             value = raw
         parsed.append((key.strip().split("."), value))
     return parsed
@@ -369,7 +372,7 @@ def apply_overrides(tree: dict[str, Any], overrides: list[str]) -> dict[str, Any
 def build_config(tree: dict[str, Any]) -> Config:
     """Validate a config tree (a dict as read from YAML) against the schema; raise ConfigError with one line."""
     try:
-        return Config(**tree)
+        return Config.model_validate(tree)
     except ValidationError as err:
         raise ConfigError(format_error(err)) from None
 
@@ -381,7 +384,7 @@ def load_config(path: str | Path, overrides: list[str] | None = None) -> Config:
         raise ConfigError(f"config file {path} does not exist")
     try:
         tree = yaml.safe_load(path.read_text())
-    except yaml.YAMLError as err:
+    except (yaml.YAMLError, ValueError, RecursionError) as err:  # not UTF-8, a bad date, too deep
         raise ConfigError(f"config file {path} is not valid YAML: {str(err).splitlines()[0]}") from None
     if tree is None:  # 0 bytes or only comments: not a run of the defaults
         raise ConfigError(f"config file {path} is empty: write the experiment's settings in it "
