@@ -37,6 +37,9 @@ RESUMABLE = ("name", "output_dir", "checkpoint_every", "runtime", "federation.ro
 class CheckpointError(ValueError):
     """A checkpoint that cannot be resumed from, in one line naming the file."""
 
+    def __init__(self, message: str):  # a header key with a line break in it stays on the line, escaped
+        super().__init__(message if message.isprintable() else repr(message)[1:-1])
+
 
 class _HashingWriter:
     """A file that hashes what is written to it (pickle streams large arrays straight through)."""
@@ -101,7 +104,7 @@ def read_header(path: Path) -> dict[str, Any]:
                 header = json.loads(line)
                 fmt, length, digest = header["format"], int(header["body_bytes"]), str(header["sha256"])
                 int(header["round"])
-            except (ValueError, KeyError, TypeError):
+            except (ValueError, KeyError, TypeError, OverflowError, RecursionError):  # e.g. "round": Infinity
                 raise CheckpointError(f"checkpoint {path} has a damaged header") from None
             if fmt != FORMAT:
                 raise CheckpointError(f"checkpoint {path} has format {fmt!r}; this fedray reads formats 1 and {FORMAT}")
