@@ -80,6 +80,10 @@ def golomb_decode(bits: np.ndarray, b: int) -> np.ndarray:
     """
     msg = np.asarray(bits, dtype=np.uint8).reshape(-1)
     n = msg.size
+    # a gap is at most (q + 1) 2^b with q < n, and the positions add up to less than 2n 2^b: int64 holds them
+    if not 0 <= b <= 62 - n.bit_length():
+        raise CorruptPayload(f"Golomb parameter b = {b} is out of range for a stream of {n} bits "
+                             f"(0 to {62 - n.bit_length()})")
     if n == 0:
         return np.zeros(0, np.int64)
     first_zero = np.where(msg == 0, np.arange(n), n)
@@ -156,6 +160,25 @@ def encode_tensor(kind: str, x: np.ndarray) -> bytes:
     return _HEADER.pack(*fields, crc) + body
 
 
+def _check_layout(name: str, kind_id: int, b: int, n: int, k: int, mu: float, nbits: int, size: int) -> str:
+    """The payload's kind, after checking that its header fields are in range and add up to its body
+    length ``size`` (a CRC only shows that the bytes are the ones that were sent)."""
+    if kind_id >= len(KINDS):
+        raise CorruptPayload(f"payload of {name} has unknown kind {kind_id}; valid: 0 to {len(KINDS) - 1}")
+    kind = KINDS[kind_id]
+    if k > n or (kind in ("sign", "dense", "int") and (k != n or nbits)):
+        raise CorruptPayload(f"payload of {name} ({kind}) declares {k} values and {nbits} position bits "
+                             f"for {n} elements")
+    if kind == "int" and not (1 <= b <= 63 and math.isfinite(mu) and 0 <= 2 * mu < 2 ** b and mu == int(mu)):
+        raise CorruptPayload(f"payload of {name} (int) has out-of-range bits per value {b} or level {mu}")
+    golomb_bytes = (nbits + 7) // 8
+    expected = {"stc": golomb_bytes + (k + 7) // 8, "sbc": golomb_bytes, "topk": golomb_bytes + 4 * k,
+                "sign": (n + 7) // 8, "dense": 4 * n, "int": (n * b + 7) // 8}[kind]
+    if size != expected:
+        raise CorruptPayload(f"payload of {name} ({kind}) has {size} body bytes, its header says {expected}")
+    return kind
+
+
 def decode_tensor(payload: bytes, shape: tuple[int, ...], name: str = "tensor") -> np.ndarray:
     """Inverse of :func:`encode_tensor`; raises :class:`CorruptPayload` naming ``name``."""
     if len(payload) < _HEADER.size:
@@ -166,7 +189,7 @@ def decode_tensor(payload: bytes, shape: tuple[int, ...], name: str = "tensor") 
         raise CorruptPayload(f"payload of {name} failed its integrity check (truncated or altered)")
     if n != math.prod(shape):
         raise CorruptPayload(f"payload of {name} holds {n} elements, but the tensor has shape {shape}")
-    kind = KINDS[kind_id]
+    kind = _check_layout(name, kind_id, b, n, k, mu, nbits, len(body))
     if kind == "int":
         bits = _unpack(body, n * b).reshape(n, b).astype(np.int64)
         return (bits @ (1 << np.arange(b - 1, -1, -1)) - int(mu)).reshape(shape)
@@ -174,7 +197,10 @@ def decode_tensor(payload: bytes, shape: tuple[int, ...], name: str = "tensor") 
         values = _unpack(body, n).astype(np.float32) * 2 - 1 if kind == "sign" else np.frombuffer(body, "<f4")
         return values.reshape(shape).copy()
     golomb_bytes = (nbits + 7) // 8
-    positions = golomb_decode(_unpack(body[:golomb_bytes], nbits), b)
+    try:
+        positions = golomb_decode(_unpack(body[:golomb_bytes], nbits), b)
+    except CorruptPayload as err:
+        raise CorruptPayload(f"payload of {name}: {err}") from None
     if len(positions) != k or (k and positions[-1] >= n):
         raise CorruptPayload(f"payload of {name} decodes to {len(positions)} positions, expected {k} below {n}")
     out = np.zeros(n, dtype=np.float32)

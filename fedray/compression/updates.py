@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from fedray.compression.golomb import decode_tensor, encode_tensor
+from fedray.compression.golomb import CorruptPayload, decode_tensor, encode_tensor
 from fedray.compression.sparse import COMPRESSORS, identity
 
 Tensors = dict[str, np.ndarray]
@@ -29,7 +29,11 @@ def encode_update(kind: str, update: Tensors) -> dict[str, bytes]:
 
 
 def decode_update(payload: dict[str, bytes], shapes: dict[str, tuple[int, ...]]) -> Tensors:
-    """The tensors of a coded update; raises ``CorruptPayload`` on a damaged stream."""
+    """The tensors of a coded update; raises ``CorruptPayload`` on a damaged stream or when the update
+    does not hold exactly the tensors of ``shapes``."""
+    if payload.keys() != shapes.keys():
+        missing, unexpected = sorted(shapes.keys() - payload.keys()), sorted(payload.keys() - shapes.keys())
+        raise CorruptPayload(f"coded update does not match the model: missing {missing}, unexpected {unexpected}")
     return {name: decode_tensor(data, shapes[name], name) for name, data in payload.items()}
 
 
