@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import lzma
 import struct
+import sys
 import zlib
 
 import numpy as np
@@ -176,8 +177,8 @@ def encode_soft_labels(labels: np.ndarray, bits: int, previous: np.ndarray | Non
     """
     if bits == FULL_PRECISION:
         probs = np.asarray(labels, dtype="<f4")
-        if previous is not None or probs.ndim != 2:
-            raise ValueError("32-bit labels must be a 2D [N, C] array and cannot be delta-coded")
+        if previous is not None or probs.ndim != 2 or (probs.shape[0] and not probs.shape[1]):
+            raise ValueError("32-bit labels must be a 2D [N, C] array with C >= 1 and cannot be delta-coded")
         return _pack(bits, False, probs.shape, 0, probs.tobytes())
     levels = _levels(bits)
     counts = _check_counts(labels, levels, False, "labels")
@@ -200,6 +201,10 @@ def _unpack(payload: bytes) -> tuple[tuple, bytes]:
         raise CorruptPayload("soft-label payload failed its integrity check (truncated or altered)")
     if version != VERSION or not (bits == FULL_PRECISION or 1 <= bits <= MAX_BITS) or delta > 1:
         raise CorruptPayload(f"soft-label payload has unsupported version {version}, bits {bits} or delta flag {delta}")
+    # the codebook holds distinct rows, a row at least one class, and the labels must fit in memory
+    if k > n or (n and not c) or n * c * 4 > sys.maxsize:
+        raise CorruptPayload(f"soft-label payload declares an impossible shape: {n} rows of {c} classes, "
+                             f"{k} of them distinct")
     return (bits, bool(delta), n, c, k), body
 
 
