@@ -20,7 +20,7 @@ from pathlib import Path
 
 import numpy as np
 import yaml
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from fedray.checkpoint import (CHECKPOINT, MAGIC, CheckpointError, checkpoint_round, read_checkpoint,
@@ -51,6 +51,17 @@ def one_line(err: BaseException) -> str:
     message = str(err)
     assert message and len(message.splitlines()) == 1, repr(message)  # splitlines: \n, \r, \x85, \u2028 ...
     return message
+
+
+def decoded(decode, *args, valid: bool, naming: str = ""):
+    """What ``decode(*args)`` returns, or None when it raises CorruptPayload, which must be one line
+    (naming ``naming``) and must not happen to a ``valid`` input."""
+    try:
+        return decode(*args)
+    except CorruptPayload as err:
+        assert naming in one_line(err)
+        assert not valid, f"a valid input was refused: {err}"
+        return None
 
 
 # --- mutations of valid bytes ---------------------------------------------------------------------
@@ -121,19 +132,23 @@ def _field_values(code: str) -> st.SearchStrategy:
 
 
 FIELD_VALUES = {code: _field_values(code) for code in "BHIQf"}
-HOW_DAMAGED = st.sampled_from(["edited", "fields", "edited and re-sealed", "random"])
+HOW_DAMAGED = st.sampled_from(["none", "edited", "fields", "edited and re-sealed", "random"])
+FIELDS_CHANGED = st.integers(1, 2)
 
 
 def damage(draw, payload: bytes, header: struct.Struct) -> bytes:
-    """``payload`` with raw edits (its CRC32 catches them), header fields replaced or bytes edited with
-    the CRC32 that ends ``header`` re-sealed (so the decoder's own checks are reached), or random bytes."""
+    """``payload`` intact, with raw edits (its CRC32 catches them), with one or two header fields replaced
+    or bytes edited and the CRC32 that ends ``header`` re-sealed (so that the decoder's own checks are
+    reached), or random bytes."""
     how = draw(HOW_DAMAGED)
+    if how == "none":
+        return payload
     if how == "random":
         return draw(RANDOM_BYTES)
     if how == "fields":
         fields = list(header.unpack_from(payload))
         codes = header.format.lstrip("<").replace("4s", "s")  # one letter a field
-        for _ in range(draw(EDITS) + 1):
+        for _ in range(draw(FIELDS_CHANGED)):
             i = 1 + place(draw, len(codes) - 3)  # neither the magic nor the CRC
             fields[i] = draw(FIELD_VALUES[codes[i]])
         payload = header.pack(*fields) + payload[header.size:]
@@ -303,20 +318,21 @@ def golomb_streams(draw) -> tuple:
     positions = np.sort(rng.choice(n, size=place(draw, min(n, 40)), replace=False))
     b = optimal_b(max(len(positions), 1) / n) if draw(COIN) else place(draw, 12)
     stream = golomb_encode(positions, b)
-    bits = mutate(draw, stream.tobytes()) if draw(COIN) else draw(RANDOM_BYTES)
-    return positions, b, stream, np.frombuffer(bits, np.uint8) & 1, b if draw(COIN) else place(draw, 70)
+    if draw(COIN):
+        bits = np.frombuffer(mutate(draw, stream.tobytes()), np.uint8) & 1  # a 0/1 byte a bit: edits keep them bits
+    else:
+        bits = np.unpackbits(np.frombuffer(draw(RANDOM_BYTES), np.uint8))  # 0xff: runs of ones, long quotients
+    return positions, b, stream, bits, b if draw(COIN) else place(draw, 70)
 
 
 @FUZZ
 @given(golomb_streams())
+@example((np.zeros(0), 0, np.zeros(0), np.array([1, 1, 0] + [0] * 62), 62))  # q = 2, b = 62: a gap of 2^63 + 1
 def test_golomb_decode_returns_increasing_positions_or_one_corrupt_payload(case):
     positions, b, stream, bits, b_read = case
     intact = np.array_equal(bits, stream) and b_read == b
-    try:
-        out = golomb_decode(bits, b_read)
-    except CorruptPayload as err:
-        one_line(err)
-        assert not intact, "a valid stream was refused"
+    out = decoded(golomb_decode, bits, b_read, valid=intact)
+    if out is None:
         return
     assert out.dtype == np.int64 and out.ndim == 1
     assert np.all(out >= 0) and np.all(np.diff(out) > 0)
@@ -347,7 +363,7 @@ def damaged_tensors(draw) -> tuple:
     kind, shape = draw(KINDS), draw(SHAPES)
     x = coded_tensor(kind, shape, np.random.default_rng(draw(SEED)), draw(DENSITIES))
     payload = encode_tensor(kind, x)
-    return x, shape, payload, damage(draw, payload, golomb._HEADER) if draw(COIN) else payload, draw(SHAPES)
+    return x, shape, payload, damage(draw, payload, golomb._HEADER), draw(SHAPES)
 
 
 @FUZZ
@@ -356,11 +372,8 @@ def test_decode_tensor_returns_the_declared_shape_or_one_corrupt_payload(case):
     x, shape, payload, data, other_shape = case
     for target in (shape, other_shape):
         intact = data == payload and target == shape
-        try:
-            out = decode_tensor(data, target, "layer.w")
-        except CorruptPayload as err:
-            assert "layer.w" in one_line(err)
-            assert not intact, "a valid payload was refused"
+        out = decoded(decode_tensor, data, target, "layer.w", valid=intact, naming="layer.w")
+        if out is None:
             continue
         assert isinstance(out, np.ndarray) and out.shape == target
         if intact:
@@ -397,11 +410,8 @@ def damaged_updates(draw) -> tuple:
 @given(damaged_updates())
 def test_decode_update_returns_every_declared_tensor_or_one_corrupt_payload(case):
     shapes, update, coded, wire = case
-    try:
-        out = decode_update(wire, shapes)
-    except CorruptPayload as err:
-        one_line(err)
-        assert wire != coded, "a valid update was refused"
+    out = decoded(decode_update, wire, shapes, valid=wire == coded)
+    if out is None:
         return
     assert set(out) == set(shapes) and all(out[name].shape == shape for name, shape in shapes.items())
     if wire == coded:
@@ -429,7 +439,7 @@ def soft_label_cases(draw) -> tuple:
         if draw(COIN):  # last round's labels, about half the rows unchanged
             previous = np.where(rng.random((n, 1)) < 0.5, labels, quantize(rng.dirichlet(np.ones(c), size=n), bits, rng))
     payload = encode_soft_labels(labels, bits, previous)
-    data = damage(draw, payload, soft_labels._HEADER) if draw(COIN) else payload
+    data = damage(draw, payload, soft_labels._HEADER)
     given_previous = {"own": previous, "none": None, "wrong shape": np.zeros((1, 7), np.uint8)}[draw(PREVIOUS_GIVEN)]
     return bits, labels, previous, payload, data, given_previous, draw(ANY_BITS)
 
@@ -439,11 +449,8 @@ def soft_label_cases(draw) -> tuple:
 def test_decode_soft_labels_returns_labels_or_one_corrupt_payload(case):
     bits, labels, previous, payload, data, given_previous, dequantize_bits = case
     intact = data == payload and (previous is None or given_previous is previous)  # not delta-coded: ignored
-    try:
-        out = decode_soft_labels(data, given_previous)
-    except CorruptPayload as err:
-        one_line(err)
-        assert not intact, "a valid payload was refused"
+    out = decoded(decode_soft_labels, data, given_previous, valid=intact)
+    if out is None:
         return
     if intact:
         np.testing.assert_array_equal(out, labels)
