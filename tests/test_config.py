@@ -3,7 +3,7 @@
 import pytest
 
 from fedray.cli import main
-from fedray.config import ConfigError, build_config, load_config
+from fedray.config import ConfigError, apply_overrides, build_config, load_config
 from fedray.experiment import resolve
 
 
@@ -141,3 +141,12 @@ def test_an_empty_config_file_is_not_the_defaults(tmp_path):
         with pytest.raises(ConfigError, match=f"config file {path} is empty"):
             load_config(path)
     assert load_config(write(tmp_path, "{}\n")).name == "experiment"  # the defaults, asked for
+
+
+@pytest.mark.parametrize("override", ["training.lr=.inf", "training.momentum=.nan", "algorithm.mu=.inf"])
+def test_infinite_or_nan_settings_are_refused(override):
+    """An infinite setting would train into NaN, and a saved config would write it as null."""
+    from fedray.experiment import resolve
+
+    with pytest.raises(ConfigError, match="Input should be a finite number"):
+        resolve(build_config(apply_overrides({"algorithm": {"name": "fedprox"}}, [override])))

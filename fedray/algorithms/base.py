@@ -62,7 +62,7 @@ def shared(payload: Any) -> Weights:
 class Params(BaseModel):
     """Base of a method's hyperparameters (the ``algorithm:`` section minus ``name``)."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
 
 @dataclass
