@@ -76,6 +76,8 @@ class RayExecutor:
         self.sizes = {spec.client_id: spec.num_samples for spec in specs}
         # an explicit clients_per_actor is a layout the user asked for: keep every client at home
         self.pinned = method.stateful or config.runtime.clients_per_actor != "auto"
+        # actors that train their tasks as cohorts get them all at once (a cohort per call, not a task)
+        self.together = config.runtime.vectorize and method.client.cohort_refusal() is None
         self.max_restarts, self.timeout = config.runtime.actor_restarts, config.runtime.round_timeout_s
         self.restarts = [0] * len(self.actors)  # restarts of each actor so far
         self.saved: list = []  # object refs of the client states of the last checkpoint (or resume)
@@ -92,11 +94,8 @@ class RayExecutor:
             keys = sorted({k for t in tasks for k in t.payload_keys})
             running[self.actors[i].run_batch.remote(tasks, keys, *(refs[k] for k in keys))] = (i, tasks, self.restarts[i])
 
-        if self.pinned:  # one batch per home actor
-            batches: dict[int, list[ClientTask]] = {}
-            for task in plan.tasks:
-                batches.setdefault(self.owner[task.client_id], []).append(task)
-            for i, tasks in batches.items():
+        if self.pinned or self.together:  # one batch per actor: its clients', or an equal share
+            for i, tasks in (self._homes(plan.tasks) if self.pinned else self._spread(plan.tasks)).items():
                 submit(i, tasks)
             refill: Callable[[int], None] = lambda i: None  # noqa: E731
         else:
@@ -122,6 +121,26 @@ class RayExecutor:
                 continue
             refill(i)
         return sorted((u for part in results for u in part), key=lambda u: u.client_id)
+
+    def _homes(self, tasks: list[ClientTask]) -> dict[int, list[ClientTask]]:
+        batches: dict[int, list[ClientTask]] = {}
+        for task in tasks:
+            batches.setdefault(self.owner[task.client_id], []).append(task)
+        return batches
+
+    def _spread(self, tasks: list[ClientTask]) -> dict[int, list[ClientTask]]:
+        """The round's tasks in one batch per actor, for actors that train their batch as cohorts
+        (``runtime.vectorize``): longest first, each to the actor of its kind with the fewest samples
+        so far (ties: the first), so that the actors finish together and the split is the same in
+        every run with the same actors."""
+        batches: dict[int, list[ClientTask]] = {}
+        load = [0] * len(self.actors)
+        for task in sorted(tasks, key=lambda t: (-self.sizes[t.client_id], t.client_id)):
+            kind = self._kind(task)
+            i = min((j for j, slot in enumerate(self.slots) if kind is None or slot.arch == kind), key=lambda j: load[j])
+            load[i] += self.sizes[task.client_id]
+            batches.setdefault(i, []).append(task)
+        return batches
 
     def _balanced(self, tasks: list[ClientTask], submit) -> Callable[[int], None]:
         """Submit the first batches and return ``refill(i)``, which gives actor ``i`` its next batch.

@@ -157,6 +157,17 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_RUN
 
 
+def _vectorize_note(config: Config) -> None:
+    """``runtime.vectorize`` asked of a method whose clients cannot train as a cohort: say so."""
+    from fedray.algorithms import ALGORITHMS
+
+    strategy = ALGORITHMS.get(config.algorithm.name)
+    refusal = strategy and strategy.Client.cohort_refusal()
+    if refusal:
+        print(f"fedray: note: runtime.vectorize: {config.algorithm.name}'s clients train one after another: "
+              f"{refusal}", file=sys.stderr)
+
+
 def _main(argv: list[str] | None = None) -> int:
     args = _parse(argv)
     if args.command == "report":
@@ -175,6 +186,8 @@ def _main(argv: list[str] | None = None) -> int:
     except (ConfigError, FileNotFoundError, ValueError) as err:
         print(f"fedray: error: {err}", file=sys.stderr)
         return EXIT_CONFIG
+    if config.runtime.vectorize:
+        _vectorize_note(config)
     if args.command == "check":
         print(f"config ok: {config.name} ({config.algorithm.name}, {config.federation.num_clients} clients, "
               f"{config.data.dataset})")

@@ -16,12 +16,14 @@ import os
 import time
 import traceback
 import warnings
-from typing import Any, Callable
+from contextlib import contextmanager
+from typing import Any, Callable, Iterator
 
 import numpy as np
 import torch
 
 from fedray.algorithms.base import ClientAlgorithm, Gradient, LocalUpdate, Trained, VirtualClient, task_seed
+from fedray.cohort import chunk_size, chunks, memory_budget
 from fedray.config import Config
 from fedray.data.shifts import apply_adversary, apply_group
 from fedray.experiment import Method
@@ -71,6 +73,18 @@ def byzantine_update(algorithm: ClientAlgorithm, task: ClientTask, theta: Weight
                     for k, v in theta.items()}, metrics)
 
 
+@contextmanager
+def failing_as(task: ClientTask, stage: str) -> Iterator[None]:
+    """Turns a failure of the block into a ``ClientFailure`` naming the client, the round, ``stage``
+    and the whole traceback."""
+    try:
+        yield
+    except ClientFailure:
+        raise
+    except Exception as err:  # name the client and the step; keep the whole traceback as text
+        raise ClientFailure(task.client_id, task.round, stage, one_line(err), traceback.format_exc()) from err
+
+
 def run_task(algorithm: ClientAlgorithm, task: ClientTask, downloads: tuple[Any, ...],
              client: VirtualClient) -> ClientUpdate:
     """One client's round: the method's ``receive``, ``train`` (an adversary's drawn update in its
@@ -78,23 +92,28 @@ def run_task(algorithm: ClientAlgorithm, task: ClientTask, downloads: tuple[Any,
     ``prepare``. A failure becomes a ``ClientFailure`` naming the client, the round, the step and the
     whole traceback."""
     start = time.perf_counter()
-    stage, metrics = "download", {}
-    try:
-        if task.round == 0:  # the method's one-time preparation (FedAUX: certainty scores)
-            stage = "preparation"
+    if task.round == 0:  # the method's one-time preparation (FedAUX: certainty scores)
+        with failing_as(task, "preparation"):
             payload = algorithm.prepare(task, downloads, client)
+        return ClientUpdate(task.client_id, task.arch, client.num_samples, payload, nbytes(payload),
+                            {"time_s": time.perf_counter() - start})
+    with failing_as(task, "download"):
+        theta = algorithm.receive(task, downloads, client)
+    with failing_as(task, "local training"):
+        if client.spec.role == "byzantine":
+            local = byzantine_update(algorithm, task, theta)
         else:
-            theta = algorithm.receive(task, downloads, client)
-            stage = "local training"
-            if client.spec.role == "byzantine":
-                local = byzantine_update(algorithm, task, theta)
-            else:
-                local = algorithm.train(task, theta, client)
-            stage, metrics = "upload", local.metrics
-            payload = algorithm.upload(task, theta, local, client)
-    except Exception as err:  # name the client and the step; keep the whole traceback as text
-        raise ClientFailure(task.client_id, task.round, stage, one_line(err), traceback.format_exc()) from err
-    metrics = {**metrics, "time_s": time.perf_counter() - start}
+            local = algorithm.train(task, theta, client)
+    return finish_task(algorithm, task, theta, local, client, time.perf_counter() - start)
+
+
+def finish_task(algorithm: ClientAlgorithm, task: ClientTask, theta: Weights, local: LocalUpdate,
+                client: VirtualClient, elapsed: float) -> ClientUpdate:
+    """The method's ``upload`` of ``local`` and the update it makes; ``elapsed``: the client's time so far."""
+    start = time.perf_counter()
+    with failing_as(task, "upload"):
+        payload = algorithm.upload(task, theta, local, client)
+    metrics = {**local.metrics, "time_s": elapsed + time.perf_counter() - start}
     return ClientUpdate(task.client_id, task.arch, client.num_samples, payload, nbytes(payload), metrics)
 
 
@@ -133,6 +152,8 @@ class ClientHost:
         self.train_x, self.train_y, self.spans = train_x, train_y, spans
         self.specs = {spec.client_id: spec for spec in specs}
         home_ids = set(self.specs) if home is None else set(home)
+        self.vectorize = config.runtime.vectorize and method.client.cohort_refusal() is None
+        self._chunks: dict[str, int] = {}  # clients per cohort chunk, by architecture
         self.clients: dict[int, VirtualClient] = {}
         for cid in sorted(home_ids):
             client = self._materialise(self.specs[cid])
@@ -169,19 +190,72 @@ class ClientHost:
 
     def run(self, task: ClientTask, *downloads: Any) -> ClientUpdate:
         """Run one task; ``downloads`` are the broadcast entries named by ``task.payload_keys``."""
-        try:
+        with self._noting_gpu_memory():
             return run_task(self.algorithm, task, downloads, self._client(task))
+
+    def run_batch(self, tasks: list[ClientTask], keys: list[str], *payloads: Any) -> list[ClientUpdate]:
+        """Run several tasks in one call; ``payloads`` are the broadcast entries named by ``keys``.
+        With ``runtime.vectorize`` the clients that train plainly train as cohorts (:meth:`_run_cohorts`)."""
+        downloads = dict(zip(keys, payloads))
+        args = {t.client_id: tuple(downloads[k] for k in t.payload_keys) for t in tasks}
+        if not self.vectorize:
+            return [self.run(task, *args[task.client_id]) for task in tasks]
+        with self._noting_gpu_memory():
+            return self._run_cohorts(tasks, args)
+
+    def _run_cohorts(self, tasks: list[ClientTask], args: dict[int, tuple[Any, ...]]) -> list[ClientUpdate]:
+        """Each client's ``receive``; then the clients of each architecture train together, in chunks
+        (``fedray.cohort``), largest shards first, so that a chunk's clients take similar step counts;
+        then each client's ``upload``. A preparation task or an adversary runs alone. A client's
+        ``time_s`` counts its own receive and upload and an equal share of its chunk's training."""
+        updates, ready = {}, []
+        for task in tasks:
+            client = self._client(task)
+            if task.round == 0 or client.spec.role != "benign":
+                updates[task.client_id] = run_task(self.algorithm, task, args[task.client_id], client)
+                continue
+            start = time.perf_counter()
+            with failing_as(task, "download"):
+                theta = self.algorithm.receive(task, args[task.client_id], client)
+            ready.append((task, client, theta, time.perf_counter() - start))
+        ready.sort(key=lambda r: (r[0].arch, -r[1].num_samples, r[0].client_id))
+        for arch in dict.fromkeys(r[0].arch for r in ready):
+            cohort = [r for r in ready if r[0].arch == arch]
+            for chunk in chunks(cohort, self._chunk_size(arch, cohort[0][1])):
+                start = time.perf_counter()
+                ids = [task.client_id for task, *_ in chunk]
+                with failing_as(chunk[0][0], f"local training (as one cohort with clients {ids})"):
+                    tasks_, clients_, thetas_ = ([r[k] for r in chunk] for k in range(3))
+                    trained = (self.algorithm.train_cohort(tasks_, thetas_, clients_) if len(chunk) > 1
+                               else [self.algorithm.train(tasks_[0], thetas_[0], clients_[0])])
+                share = (time.perf_counter() - start) / len(chunk)
+                for (task, client, theta, elapsed), local in zip(chunk, trained):
+                    updates[task.client_id] = finish_task(self.algorithm, task, theta, local, client, elapsed + share)
+        return [updates[task.client_id] for task in tasks]
+
+    def _chunk_size(self, arch: str, client: VirtualClient) -> int:
+        """Clients per chunk: ``runtime.vectorize_chunk``, or as many as half the device's free
+        memory holds (``fedray.cohort.chunk_size``), counting each client's shard."""
+        if self.config.runtime.vectorize_chunk != "auto":
+            return self.config.runtime.vectorize_chunk
+        if arch not in self._chunks:
+            data = client.x.element_size() * client.x[0].numel() * client.num_samples
+            budget = memory_budget(self.device, self.gpus)
+            self._chunks[arch] = chunk_size(self.algorithm.model(arch), client.x[0], self.config.training,
+                                            budget, data)
+        return self._chunks[arch]
+
+    @contextmanager
+    def _noting_gpu_memory(self) -> Iterator[None]:
+        """A CUDA out-of-memory failure under a GPU share says which share was the limit."""
+        try:
+            yield
         except ClientFailure as failure:
             note = gpu_memory_note(failure.__cause__, self.device, self.gpus, "runtime.actor_gpus")
             if not note:
                 raise
             raise ClientFailure(failure.client_id, failure.round, failure.stage, failure.reason + note,
                                 failure.trace) from failure.__cause__
-
-    def run_batch(self, tasks: list[ClientTask], keys: list[str], *payloads: Any) -> list[ClientUpdate]:
-        """Run several tasks in one call; ``payloads`` are the broadcast entries named by ``keys``."""
-        downloads = dict(zip(keys, payloads))
-        return [self.run(task, *(downloads[k] for k in task.payload_keys)) for task in tasks]
 
     def client_states(self) -> dict[int, dict[str, Any]]:
         return {cid: c.state for cid, c in self.clients.items()}
@@ -206,7 +280,8 @@ class LocalExecutor:
                                aux_x=data.aux_x, initial_models=initial_models, spans=spans)
 
     def execute(self, plan) -> list[ClientUpdate]:
-        updates = [self.host.run(t, *(plan.broadcast[k] for k in t.payload_keys)) for t in plan.tasks]
+        keys = sorted(plan.broadcast)
+        updates = self.host.run_batch(plan.tasks, keys, *(plan.broadcast[k] for k in keys))
         return sorted(updates, key=lambda u: u.client_id)
 
     def client_states(self) -> dict[int, dict[str, Any]]:

@@ -203,6 +203,12 @@ class RuntimeConfig(_Section):
     memory); the restarted actor gets its clients back with their state from the last checkpoint,
     and the round's lost tasks run again on it. ``round_timeout_s``: a round whose client tasks
     have not all answered after this many seconds stops the run (None: no deadline).
+    ``vectorize``: an actor trains the clients of one architecture it runs in a round together, as
+    one batched computation (``fedray.cohort``): same batches, optimiser states and step counts as
+    one after another, equal up to float rounding. For the methods whose clients train plainly
+    (FedAvg, FedProx, STC, FD, FedDF, FedBE, CFL, FedAUX, ...); the others say so and train one
+    after another. ``vectorize_chunk``: clients per batched computation; ``auto``: as many as half
+    the device's free memory holds.
     """
 
     backend: Literal["ray", "local"] = "ray"
@@ -221,8 +227,10 @@ class RuntimeConfig(_Section):
     server_hosts_clients: Union[Literal["auto"], bool] = "auto"
     actor_restarts: int = Field(3, ge=0)
     round_timeout_s: Optional[float] = Field(None, gt=0)
+    vectorize: bool = False
+    vectorize_chunk: Union[Literal["auto"], int] = "auto"
 
-    @field_validator("clients_per_actor")
+    @field_validator("clients_per_actor", "vectorize_chunk")
     @classmethod
     def _positive(cls, value: Union[str, int]) -> Union[str, int]:
         if value != "auto" and value < 1:

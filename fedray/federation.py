@@ -194,7 +194,7 @@ class Federation:
             self.writer = RunWriter(self.run_dir)
             self._log_setup()
         # where the clients run (actors per node, devices), as the run (re)started
-        self.writer.log_text("runtime/executor", json.dumps(self.executor.describe()), self.round)
+        self.writer.log_text("runtime/executor", json.dumps(self.describe_executor()), self.round)
         if checkpoint is None:
             self._prepare()
 
@@ -309,7 +309,7 @@ class Federation:
             "final": {k: v for k, v in (evaluated[-1] if evaluated else {}).items() if k.startswith("eval/")},
             "best_accuracy": max((h["eval/accuracy"] for h in evaluated), default=None),
             "comm": dict(self.totals),
-            "executor": self.executor.describe(),
+            "executor": self.describe_executor(),
             "server_device": str(self.device),
             "server_threads": torch.get_num_threads(),  # the round thread's: evaluation, aggregation, distillation
         }
@@ -357,6 +357,14 @@ class Federation:
                 self.writer.log_scalars(epoch, {f"pretrain/loss/{arch}": loss})
             self.writer.log_text(f"pretrain/{arch}", f"{'from the cache' if info['cached'] else 'pre-trained'} in "
                                  f"{info['seconds']:.1f} s: {info['path']}")
+
+    def describe_executor(self) -> dict[str, Any]:
+        """Where the clients run, and with ``runtime.vectorize`` whether they train as cohorts."""
+        described = self.executor.describe()
+        if self.config.runtime.vectorize:
+            refusal = self.method.client.cohort_refusal()
+            described["vectorize"] = "cohorts" if refusal is None else f"one after another: {refusal}"
+        return described
 
     def _prepare(self) -> None:
         """The method's one-time preparation (``Strategy.prepare``), logged and counted as round 0."""

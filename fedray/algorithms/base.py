@@ -32,6 +32,7 @@ from pydantic import BaseModel, ConfigDict
 from fedray.algorithms.helpers import initial_model
 from fedray.config import Config
 from fedray.messages import ClientSpec, ClientTask, ClientUpdate, RoundPlan
+from fedray.cohort import CohortClient, StackedLoss, train_cohort
 from fedray.training import ExtraLoss, local_train
 from fedray.weights import SIMULATION, Weights, get_weights, set_weights
 
@@ -233,6 +234,29 @@ class ClientAlgorithm:
     def extra_loss(self, model: torch.nn.Module, task: ClientTask) -> Optional[ExtraLoss]:
         """A term added to the local objective, built after ``model`` holds theta (none by default)."""
         return None
+
+    # -- vectorised local training (``runtime.vectorize``) --------------------------------------
+    @classmethod
+    def cohort_refusal(cls) -> Optional[str]:
+        """Why this method's clients cannot train as one cohort (``fedray.cohort``), or None when
+        they can: ``train`` is plain local training and any ``extra_loss`` has a :meth:`stacked_loss`."""
+        if cls.train is not ClientAlgorithm.train:
+            return f"its local step is its own ({cls.__name__}.train), not plain local training"
+        if cls.extra_loss is not ClientAlgorithm.extra_loss and cls.stacked_loss is ClientAlgorithm.stacked_loss:
+            return f"its local objective adds a term ({cls.__name__}.extra_loss) that has no stacked form"
+        return None
+
+    def stacked_loss(self) -> Optional[StackedLoss]:
+        """``extra_loss`` over stacked tensors, for a cohort (``fedray.cohort.StackedLoss``); none by default."""
+        return None
+
+    def train_cohort(self, tasks: list[ClientTask], thetas: list[Weights], clients: list[VirtualClient]) -> list[Trained]:
+        """``train`` for clients of one architecture at once, in lockstep (``fedray.cohort.train_cohort``):
+        each with its task's seed, so with the batches ``train`` would draw."""
+        cohort = [CohortClient(theta, c.x, c.y, t.seed) for t, theta, c in zip(tasks, thetas, clients)]
+        out = train_cohort(self.model(tasks[0].arch), cohort, self.config.training, self.stacked_loss(),
+                           self.config.pretrain.freeze_features)
+        return [Trained(weights, metrics) for weights, metrics in out]
 
     def upload(self, task: ClientTask, theta: Weights, local: LocalUpdate, client: VirtualClient) -> Any:
         """What the client sends back (its ``bytes_up`` are counted by the host). Default: theta_i

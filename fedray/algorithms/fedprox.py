@@ -17,8 +17,9 @@ from pydantic import Field
 
 from fedray.algorithms.base import ClientAlgorithm
 from fedray.algorithms.fedavg import FedAvg, FedAvgParams
+from fedray.cohort import StackedLoss
 from fedray.messages import ClientTask
-from fedray.training import ExtraLoss, Step
+from fedray.training import ExtraLoss
 
 
 class FedProxParams(FedAvgParams):
@@ -27,15 +28,21 @@ class FedProxParams(FedAvgParams):
 
 class FedProxClient(ClientAlgorithm):
     def extra_loss(self, model: torch.nn.Module, task: ClientTask) -> Optional[ExtraLoss]:
-        mu = self.params.mu
-        if mu == 0:
+        if self.params.mu == 0:
             return None
         anchor = [p.detach().clone() for p in model.parameters()]  # w^t, the broadcast model
+        return lambda m, step: proximal(self.params.mu, list(m.parameters()), anchor)
 
-        def proximal(m: torch.nn.Module, step: Step) -> torch.Tensor:
-            return 0.5 * mu * sum(((p - a) ** 2).sum() for p, a in zip(m.parameters(), anchor))
+    def stacked_loss(self) -> Optional[StackedLoss]:
+        """The same term for a cohort: over stacked tensors, the sum of every client's term."""
+        if self.params.mu == 0:
+            return None
+        return lambda params, start: proximal(self.params.mu, list(params.values()), list(start.values()))
 
-        return proximal
+
+def proximal(mu: float, params: list[torch.Tensor], anchor: list[torch.Tensor]) -> torch.Tensor:
+    """(mu / 2) ||w - w^t||^2, the proximal term of Li et al.'s eq. 2."""
+    return 0.5 * mu * sum(((p - a) ** 2).sum() for p, a in zip(params, anchor))
 
 
 class FedProx(FedAvg):

@@ -33,11 +33,14 @@ class FedModel(nn.Module):
         input_shape: Shape of one sample, without the batch dimension.
         num_classes: Number of output logits.
         feature_dim: Length ``D`` of the per-sample feature vector.
+        vmapped: True while the forward pass runs under ``torch.func.vmap`` over stacked weights
+            (``fedray.cohort``); a layer whose kernel ``vmap`` cannot batch then takes another form.
     """
 
     name: str = ""
     min_side: int | None = None
     feature_dim: int
+    vmapped: bool = False  # set while a cohort trains under vmap (``fedray.cohort.cohort_mode``)
 
     def __init_subclass__(cls, **kwargs):
         super().__init_subclass__(**kwargs)

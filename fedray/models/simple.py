@@ -215,5 +215,24 @@ class LSTMClassifier(FedModel):
             x = x.unsqueeze(-1)
         elif x.dim() == 4:
             x = x.transpose(1, 2).flatten(2)
+        if self.vmapped:
+            return self._unrolled(x)
         _, (h, _) = self.lstm(x)
         return h[-1]
+
+    def _unrolled(self, x: torch.Tensor) -> torch.Tensor:
+        """The top layer's last hidden state, step by step: ``nn.LSTM``'s equations (gates i, f, g,
+        o in its weight layout) in elementary ops, which ``vmap`` can batch over stacked weights."""
+        lstm, h = self.lstm, x
+        for layer in range(lstm.num_layers):
+            w_hh, b_hh = getattr(lstm, f"weight_hh_l{layer}"), getattr(lstm, f"bias_hh_l{layer}")
+            inputs = nn.functional.linear(h, getattr(lstm, f"weight_ih_l{layer}"), getattr(lstm, f"bias_ih_l{layer}"))
+            h = c = x.new_zeros(x.shape[0], lstm.hidden_size)
+            outputs = []
+            for t in range(x.shape[1]):
+                i, f, g, o = (inputs[:, t] + nn.functional.linear(h, w_hh, b_hh)).chunk(4, 1)
+                c = torch.sigmoid(f) * c + torch.sigmoid(i) * torch.tanh(g)
+                h = torch.sigmoid(o) * torch.tanh(c)
+                outputs.append(h)
+            h = torch.stack(outputs, 1)
+        return h[:, -1]
