@@ -77,7 +77,7 @@ class RayExecutor:
         # an explicit clients_per_actor is a layout the user asked for: keep every client at home
         self.pinned = method.stateful or config.runtime.clients_per_actor != "auto"
         # actors that train their tasks as cohorts get them all at once (a cohort per call, not a task)
-        self.together = config.runtime.vectorize and method.client.cohort_refusal() is None
+        self.together = bool(config.runtime.vectorize) and method.client.cohort_refusal() is None
         self.max_restarts, self.timeout = config.runtime.actor_restarts, config.runtime.round_timeout_s
         self.restarts = [0] * len(self.actors)  # restarts of each actor so far
         self.saved: list = []  # object refs of the client states of the last checkpoint (or resume)

@@ -152,7 +152,7 @@ class ClientHost:
         self.train_x, self.train_y, self.spans = train_x, train_y, spans
         self.specs = {spec.client_id: spec for spec in specs}
         home_ids = set(self.specs) if home is None else set(home)
-        self.vectorize = config.runtime.vectorize and method.client.cohort_refusal() is None
+        self.vectorize = bool(config.runtime.vectorize) and method.client.cohort_refusal() is None
         self._chunks: dict[str, int] = {}  # clients per cohort chunk, by architecture
         self.clients: dict[int, VirtualClient] = {}
         for cid in sorted(home_ids):
@@ -206,12 +206,13 @@ class ClientHost:
     def _run_cohorts(self, tasks: list[ClientTask], args: dict[int, tuple[Any, ...]]) -> list[ClientUpdate]:
         """Each client's ``receive``; then the clients of each architecture train together, in chunks
         (``fedray.cohort``), largest shards first, so that a chunk's clients take similar step counts;
-        then each client's ``upload``. A preparation task or an adversary runs alone. A client's
+        then each client's ``upload``. A preparation task, an adversary or a client of an architecture
+        ``runtime.vectorize`` does not name runs alone. A client's
         ``time_s`` counts its own receive and upload and an equal share of its chunk's training."""
         updates, ready = {}, []
         for task in tasks:
             client = self._client(task)
-            if task.round == 0 or client.spec.role != "benign":
+            if task.round == 0 or client.spec.role != "benign" or not self.config.runtime.vectorizes(task.arch):
                 updates[task.client_id] = run_task(self.algorithm, task, args[task.client_id], client)
                 continue
             start = time.perf_counter()

@@ -111,8 +111,11 @@ def train_cohort(model: torch.nn.Module, clients: Sequence[CohortClient], cfg: T
     stacked = {n: torch.stack([torch.from_numpy(np.asarray(c.start[n])) for c in cohort]).to(device) for n in names}
     start = {n: stacked[n].clone() for n in params} if stacked_loss else {}
     opt_state = _OptimizerState(cfg, {n: stacked[n] for n in trained})
-    data_x, data_y = torch.cat([c.x for c in cohort]), torch.cat([c.y for c in cohort])
-    offsets = torch.tensor(np.cumsum([0] + [len(c.x) for c in cohort[:-1]]), device=device)
+    data_x, x_at = shared_rows([c.x for c in cohort])
+    data_y, y_at = shared_rows([c.y for c in cohort])
+    if x_at != y_at:
+        raise ValueError("a client's inputs and labels lie at different rows of their arrays")
+    offsets = torch.tensor(x_at, device=device)
     losses = torch.zeros(len(cohort), device=device)
     forward = vmap(lambda p, x: functional_call(model, p, (x,)), randomness="different")
     padded = not mixes_samples(model)
@@ -149,6 +152,21 @@ def train_cohort(model: torch.nn.Module, clients: Sequence[CohortClient], cfg: T
         weights = {n: stacked[n][j].cpu().numpy().copy() for n in names}
         results[i] = (weights, {"loss": float(losses[j]) / max(steps[i], 1), "steps": float(steps[i])})
     return results
+
+
+def shared_rows(parts: list[torch.Tensor]) -> tuple[torch.Tensor, list[int]]:
+    """One tensor holding every part as rows, and the row where each part starts: the array the
+    parts are slices of when they all are (a host's client-major training set: no copy), else
+    their concatenation."""
+    first = parts[0]
+    storage = first.untyped_storage()
+    row = first[0].numel() if len(first) else 1
+    if storage.nbytes() % (row * first.element_size()) == 0 and all(
+            p.is_contiguous() and p.untyped_storage().data_ptr() == storage.data_ptr() and p.storage_offset() % row == 0
+            for p in parts):
+        whole = first.new_empty(0).set_(storage).view(-1, *first.shape[1:])
+        return whole, [p.storage_offset() // row for p in parts]
+    return torch.cat(parts), np.cumsum([0] + [len(p) for p in parts[:-1]]).tolist()
 
 
 def _step_groups(sizes: list[int], padded: bool) -> list[list[int]]:

@@ -205,10 +205,11 @@ class RuntimeConfig(_Section):
     have not all answered after this many seconds stops the run (None: no deadline).
     ``vectorize``: an actor trains the clients of one architecture it runs in a round together, as
     one batched computation (``fedray.cohort``): same batches, optimiser states and step counts as
-    one after another, equal up to float rounding. For the methods whose clients train plainly
-    (FedAvg, FedProx, STC, FD, FedDF, FedBE, CFL, FedAUX, ...); the others say so and train one
-    after another. ``vectorize_chunk``: clients per batched computation; ``auto``: as many as half
-    the device's free memory holds.
+    one after another, equal up to float rounding. ``true``: every architecture; a list: those
+    architectures (on a CPU, convolutional nets and the LSTM train slower as cohorts: README,
+    Performance). For the methods whose clients train plainly (FedAvg, FedProx, STC, FD, FedDF,
+    FedBE, CFL, FedAUX, ...); the others say so and train one after another. ``vectorize_chunk``:
+    clients per batched computation; ``auto``: as many as half the device's free memory holds.
     """
 
     backend: Literal["ray", "local"] = "ray"
@@ -227,7 +228,7 @@ class RuntimeConfig(_Section):
     server_hosts_clients: Union[Literal["auto"], bool] = "auto"
     actor_restarts: int = Field(3, ge=0)
     round_timeout_s: Optional[float] = Field(None, gt=0)
-    vectorize: bool = False
+    vectorize: Union[bool, list[str]] = False
     vectorize_chunk: Union[Literal["auto"], int] = "auto"
 
     @field_validator("clients_per_actor", "vectorize_chunk")
@@ -244,6 +245,10 @@ class RuntimeConfig(_Section):
         if any(not 0 <= s <= 1 for s in shares):
             raise ValueError(f"GPU shares must be between 0 and 1 (a share of one GPU), got {value}")
         return value
+
+    def vectorizes(self, arch: str) -> bool:
+        """Whether ``vectorize`` asks for cohorts of ``arch``."""
+        return self.vectorize is True or (isinstance(self.vectorize, list) and arch in self.vectorize)
 
     def gpus_for(self, arch: str) -> float:
         """The GPU share of an actor hosting ``arch``."""
@@ -315,6 +320,14 @@ class Config(_Section):
         if isinstance(shares, dict) and set(shares) != set(self.federation.architectures):
             raise ValueError(f"runtime.actor_gpus names GPU shares for {sorted(shares)}, but the run's "
                              f"architectures are {sorted(self.federation.architectures)}: give one share each")
+        return self
+
+    @model_validator(mode="after")
+    def _vectorize_names_architectures(self) -> "Config":
+        names = self.runtime.vectorize
+        if isinstance(names, list) and not set(names) <= set(self.federation.architectures):
+            raise ValueError(f"runtime.vectorize names {sorted(set(names) - set(self.federation.architectures))}, "
+                             f"which are not among the run's architectures {sorted(self.federation.architectures)}")
         return self
 
     @model_validator(mode="after")

@@ -363,7 +363,9 @@ class Federation:
         described = self.executor.describe()
         if self.config.runtime.vectorize:
             refusal = self.method.client.cohort_refusal()
-            described["vectorize"] = "cohorts" if refusal is None else f"one after another: {refusal}"
+            which = self.config.runtime.vectorize
+            cohorts = "cohorts" if which is True else f"cohorts of {', '.join(which)}"
+            described["vectorize"] = cohorts if refusal is None else f"one after another: {refusal}"
         return described
 
     def _prepare(self) -> None:

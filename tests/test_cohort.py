@@ -25,8 +25,8 @@ from fedray.algorithms import ALGORITHMS
 from fedray.algorithms.base import VirtualClient
 from fedray.cli import main
 from fedray.clients import LocalExecutor
-from fedray.cohort import CohortClient, chunk_size, chunks, train_cohort
-from fedray.config import TrainingConfig, build_config
+from fedray.cohort import CohortClient, chunk_size, chunks, shared_rows, train_cohort
+from fedray.config import ConfigError, TrainingConfig, build_config
 from fedray.data import load_dataset
 from fedray.experiment import resolve
 from fedray.federation import Federation
@@ -144,6 +144,15 @@ def test_check_names_a_method_that_cannot_vectorize(capsys, tmp_path):
     assert "fedmmd's clients train one after another: its local step is its own (FedMMDClient.train)" in capsys.readouterr().err
 
 
+def test_vectorize_names_architectures_of_the_run():
+    tree = {"federation": {"architectures": {"mlp": 50, "cnn": 50}}}
+    runtime = build_config({**tree, "runtime": {"vectorize": ["mlp"]}}).runtime
+    assert runtime.vectorizes("mlp") and not runtime.vectorizes("cnn")
+    assert build_config({**tree, "runtime": {"vectorize": True}}).runtime.vectorizes("cnn")
+    with pytest.raises(ConfigError, match=r"runtime.vectorize names \['lstm'\], which are not among the run's"):
+        build_config({**tree, "runtime": {"vectorize": ["mlp", "lstm"]}})
+
+
 def test_chunks_are_bounded_by_the_memory_budget(digits):
     model, clients = cohort(digits, "mlp")
     sample = clients[0].x[0]
@@ -155,6 +164,16 @@ def test_chunks_are_bounded_by_the_memory_budget(digits):
     weights = sum(p.numel() for p in model.parameters())
     assert 5 * 4 * weights < per_client < 20 * 4 * weights  # weights, gradient, momentum, copies
     assert chunks(list(range(7)), 3) == [[0, 1, 2], [3, 4, 5], [6]]
+
+
+def test_shards_of_one_array_are_read_in_place_and_others_copied_together():
+    whole = torch.arange(24.0).view(8, 3)
+    rows, starts = shared_rows([whole[5:7], whole[0:2], whole[2:5]])
+    assert rows.data_ptr() == whole.data_ptr() and starts == [5, 0, 2]
+    assert torch.equal(rows[starts[2]:starts[2] + 3], whole[2:5])
+    apart = [torch.ones(2, 3), whole[3:4]]
+    rows, starts = shared_rows(apart)
+    assert starts == [0, 2] and torch.equal(rows, torch.cat(apart))
 
 
 def federation(tmp_path, vectorize, chunk="auto", algorithm="fedavg"):
@@ -178,6 +197,9 @@ def test_a_whole_fedavg_run_matches_the_sequential_one(tmp_path):
         assert b.metrics["eval/accuracy"] == pytest.approx(a.metrics["eval/accuracy"], abs=0.005)
         assert b.metrics["train/loss"] == pytest.approx(a.metrics["train/loss"], rel=1e-4)
     assert results[-1].metrics["eval/accuracy"] > 0.6  # and it learns (measured 0.73; chance 0.1)
+    only_mlp, _ = federation(tmp_path / "mlp", ["mlp"])  # the CNN's clients train one after another
+    assert only_mlp.describe_executor()["vectorize"] == "cohorts of mlp"
+    assert all(np.array_equal(v, sequential.strategy.models["cnn"][k]) for k, v in only_mlp.strategy.models["cnn"].items())
 
 
 def test_spread_gives_each_actor_one_batch_of_equal_load():
