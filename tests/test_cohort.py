@@ -34,6 +34,7 @@ from fedray.messages import ClientSpec, ClientTask
 from fedray.models import create_model
 from fedray.training import local_train
 from fedray.weights import get_weights, set_weights
+from tests.test_federation import digits as digits_config, run as run_rounds
 
 SIZES = (37, 50, 21, 64)  # 3, 4, 2 and 4 batches of 16 an epoch; last batches of 5, 2, 5 and 16
 SGD = TrainingConfig(optimizer="sgd", lr=0.05, momentum=0.9, weight_decay=1e-4, batch_size=16, epochs=2)
@@ -200,6 +201,21 @@ def test_a_whole_fedavg_run_matches_the_sequential_one(tmp_path):
     only_mlp, _ = federation(tmp_path / "mlp", ["mlp"])  # the CNN's clients train one after another
     assert only_mlp.describe_executor()["vectorize"] == "cohorts of mlp"
     assert all(np.array_equal(v, sequential.strategy.models["cnn"][k]) for k, v in only_mlp.strategy.models["cnn"].items())
+
+
+def test_a_vectorised_run_resumes_bit_for_bit(tmp_path):
+    """Cohorts are cut the same way in every run, so STC's clients with their residuals, as cohorts,
+    resume exactly."""
+    config = digits_config("stc", 4, checkpoint_every=2, runtime={"backend": "local", "torch_threads": 1, "vectorize": True})
+    whole, _ = run_rounds(config, tmp_path / "a")
+    part, _ = run_rounds(config, tmp_path / "b", rounds=2)
+    part.writer.close()
+    resumed = Federation(config, tmp_path / "b", LocalExecutor, resume=True)
+    resumed.run_round(), resumed.run_round()
+    assert resumed.describe_executor()["vectorize"] == "cohorts"
+    for name, value in whole.strategy.models["mlp"].items():
+        np.testing.assert_array_equal(value, resumed.strategy.models["mlp"][name])
+    resumed.writer.close()
 
 
 def test_spread_gives_each_actor_one_batch_of_equal_load():
