@@ -18,15 +18,31 @@ def num_kept(n: int, p: float) -> int:
 
 
 def _top_k_values(flat: np.ndarray, k: int) -> np.ndarray:
-    """The k largest entries of ``flat`` (any order)."""
-    return flat[np.argpartition(flat, len(flat) - k)[len(flat) - k:]]
+    """The k largest entries of ``flat``, in increasing order. The order fixes how their mean is
+    summed: ``np.partition`` returns them in an order that depends on the CPU's selection kernel."""
+    return np.sort(np.partition(flat, len(flat) - k)[len(flat) - k:])
+
+
+def top_k_indices(a: np.ndarray, k: int) -> np.ndarray:
+    """The positions of the k largest entries of ``a``, increasing; where entries tie at the k-th
+    value, the lower positions are kept. ``np.argpartition`` keeps some of the tied ones, which ones
+    depending on the CPU's selection kernel (numpy dispatches it to AVX-512 or AVX2 sorting
+    networks where the CPU has them), so a run would send other positions on other machines. The
+    k-th value itself is the same everywhere. NaN ranks above every number, as in ``np.partition``."""
+    n = a.size
+    if k >= n:
+        return np.arange(n)
+    threshold = np.partition(a, n - k)[n - k]
+    above = np.flatnonzero((a > threshold) | np.isnan(a))[:k]
+    tied = np.flatnonzero(a == threshold)[:k - above.size]
+    return np.sort(np.concatenate([above, tied]))
 
 
 def top_k(x: np.ndarray, p: float) -> np.ndarray:
     """Top-k sparsification: keep the k entries of largest magnitude, with their values."""
     flat = x.reshape(-1)
     k = num_kept(flat.size, p)
-    keep = np.argpartition(np.abs(flat), flat.size - k)[flat.size - k:]
+    keep = top_k_indices(np.abs(flat), k)
     out = np.zeros_like(flat)
     out[keep] = flat[keep]
     return out.reshape(x.shape)

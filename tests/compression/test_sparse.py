@@ -4,6 +4,7 @@ import numpy as np
 import pytest
 
 from fedray.compression import majority_vote, num_kept, sbc, sign, stc, top_k
+from fedray.compression.sparse import top_k_indices
 
 
 def test_k_is_floor_np_at_least_one():
@@ -30,6 +31,18 @@ def test_sbc_keeps_the_stronger_sign_by_hand():
 def test_top_k_keeps_values():
     x = np.array([[0.5, -2.0], [1.0, 0.1]], np.float32)
     np.testing.assert_array_equal(top_k(x, 0.5), [[0.0, -2.0], [1.0, 0.0]])
+
+
+def test_top_k_breaks_ties_towards_the_lower_position():
+    """Which of the entries tied at the k-th value are kept is fixed (the lower positions), not left
+    to np.argpartition, whose choice differs between numpy's selection kernels for different CPUs."""
+    x = np.array([1.0, -3.0, 2.0, 3.0, -2.0, 2.0, 0.5], np.float32)
+    np.testing.assert_array_equal(top_k(x, 3 / 7), [0, -3.0, 2.0, 3.0, 0, 0, 0])  # |x|: 3, 3, then 2 at 2, 4, 5
+    np.testing.assert_array_equal(top_k_indices(np.abs(x), 4), [1, 2, 3, 4])
+    ties = np.tile(np.float32([1, 2]), 5000)  # 5,000 tied 2s, of which 2,500 are kept: the first ones
+    np.testing.assert_array_equal(top_k_indices(ties, 2500), np.arange(1, 5000, 2))
+    np.testing.assert_array_equal(top_k_indices(np.array([1.0, np.nan, 2.0, np.nan]), 3), [1, 2, 3])  # NaN first
+    np.testing.assert_array_equal(top_k_indices(np.array([np.nan, 1.0, np.nan, np.nan]), 2), [0, 2])
 
 
 def test_sign_and_majority_vote():
