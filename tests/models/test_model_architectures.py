@@ -18,7 +18,7 @@ def n_params(model):
     [
         ("cnn", 1_663_370, 2_156_490),  # McMahan et al. 2017
         ("lenet5", 431_080, 657_080),  # LeNet5-Caffe
-        ("fedgen_cnn", 26_434, 34_222),  # FedGen's MNIST CNN: 784 -> 32 -> 10 (conv 60 + 880, BN 12 + 32, fc 25,120 + 330)
+        ("fedgen_cnn", 26_412, 34_200),  # FedGen's MNIST CNN: 784 -> 32 -> 10 (conv 54 + 864 without bias, BN 12 + 32, fc 25,120 + 330)
         ("vgg11s", 864_906, 865_482),  # Sattler et al. 2019
         ("lstm", 214_282, 249_098),  # 2x128 nn.LSTM + fc
         ("logreg", 7_850, 30_730),
