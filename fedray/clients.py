@@ -153,7 +153,7 @@ class ClientHost:
         self.specs = {spec.client_id: spec for spec in specs}
         home_ids = set(self.specs) if home is None else set(home)
         self.vectorize = bool(config.runtime.vectorize) and method.client.cohort_refusal() is None
-        self._chunks: dict[str, int] = {}  # clients per cohort chunk, by architecture
+        self._chunks: dict[tuple[str, int], int] = {}  # clients per cohort chunk, by architecture and shard bytes
         self.clients: dict[int, VirtualClient] = {}
         for cid in sorted(home_ids):
             client = self._materialise(self.specs[cid])
@@ -235,16 +235,20 @@ class ClientHost:
         return [updates[task.client_id] for task in tasks]
 
     def _chunk_size(self, arch: str, client: VirtualClient) -> int:
-        """Clients per chunk: ``runtime.vectorize_chunk``, or as many as half the device's free
-        memory holds (``fedray.cohort.chunk_size``), counting each client's shard."""
+        """Clients per chunk: ``runtime.vectorize_chunk``, or as many as a fixed budget holds
+        (``fedray.cohort.memory_budget``: 1 GiB on a CPU, half the actor's share of a GPU's total
+        memory; ``fedray.cohort.chunk_size``), counting each client's shard as large as ``client``'s,
+        the largest of the cohort. It depends on the config and the model alone, not on the memory
+        free at the moment nor on earlier rounds, so every run (a resumed one too) cuts the cohorts
+        alike: the chunks change the arithmetic, and results must not depend on the machine's state."""
         if self.config.runtime.vectorize_chunk != "auto":
             return self.config.runtime.vectorize_chunk
-        if arch not in self._chunks:
-            data = client.x.element_size() * client.x[0].numel() * client.num_samples
+        data = client.x.element_size() * client.x[0].numel() * client.num_samples
+        if (arch, data) not in self._chunks:
             budget = memory_budget(self.device, self.gpus)
-            self._chunks[arch] = chunk_size(self.algorithm.model(arch), client.x[0], self.config.training,
-                                            budget, data)
-        return self._chunks[arch]
+            self._chunks[arch, data] = chunk_size(self.algorithm.model(arch), client.x[0], self.config.training,
+                                                  budget, data)
+        return self._chunks[arch, data]
 
     @contextmanager
     def _noting_gpu_memory(self) -> Iterator[None]:

@@ -34,7 +34,6 @@ sequential path.
 from __future__ import annotations
 
 import ctypes
-import os
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Callable, Iterator, Optional, Sequence
@@ -54,6 +53,10 @@ from fedray.weights import Weights
 # cohort's clients of their terms. ``params`` holds every parameter of the clients being stepped,
 # stacked ([k, ...]); ``start`` the same entries of theta_i, where their training began (FedProx).
 StackedLoss = Callable[[dict[str, torch.Tensor], dict[str, torch.Tensor]], torch.Tensor]
+
+# What one chunk of clients may take on a CPU (``runtime.vectorize_chunk: auto``): a constant, so
+# that the chunks, and with them the results, are the same on every machine (``memory_budget``).
+CHUNK_BUDGET_BYTES = 1 << 30
 
 
 @dataclass
@@ -242,7 +245,9 @@ class _OptimizerState:
 
 def chunk_size(model: torch.nn.Module, sample: torch.Tensor, cfg: TrainingConfig, budget_bytes: int,
                data_bytes: int = 0) -> int:
-    """How many clients of ``model``'s architecture fit ``budget_bytes`` when trained as one chunk.
+    """How many clients of ``model``'s architecture fit ``budget_bytes`` when trained as one chunk:
+    a function of the model, the training config and the budget alone (``memory_budget``), so that
+    every run of a config cuts its cohorts alike.
 
     Per client: its weights four times (stacked, start, gradient, a temporary) and its optimiser
     buffers, a batch's activations (counted on one forward pass of a ``cfg.batch_size`` batch of
@@ -265,16 +270,18 @@ def chunk_size(model: torch.nn.Module, sample: torch.Tensor, cfg: TrainingConfig
 
 
 def memory_budget(device: torch.device, gpu_share: float) -> int:
-    """Bytes a cohort may take: half of what the device has free (on a GPU, within this actor's share)."""
+    """Bytes a chunk of clients may take: ``CHUNK_BUDGET_BYTES`` on a CPU; on a GPU half of this
+    actor's share (``runtime.actor_gpus``; all of it for 0 or 1) of the device's total memory.
+
+    Both are fixed: the config's and the device's, never the memory free at the moment. How a
+    cohort is cut into chunks changes the arithmetic (the CNN's convolutions add in another order
+    for chunks of 8 clients or more, a chunk of one trains sequentially: ``tests/test_cohort.py``),
+    so a budget read from the free memory would let what else runs on the machine change a run's
+    results."""
     if device.type == "cuda":
-        free, total = torch.cuda.mem_get_info(device)
-        if 0 < gpu_share < 1:
-            free = min(free, int(gpu_share * total) - torch.cuda.memory_reserved(device))
-        return max(free, 0) // 2
-    try:
-        return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE") // 2
-    except (OSError, ValueError):
-        return 1 << 30
+        share = gpu_share if 0 < gpu_share < 1 else 1.0
+        return int(share * torch.cuda.get_device_properties(device).total_memory) // 2
+    return CHUNK_BUDGET_BYTES
 
 
 def chunks(items: list, size: int) -> list[list]:

@@ -209,7 +209,10 @@ class RuntimeConfig(_Section):
     architectures (on a CPU, convolutional nets and the LSTM train slower as cohorts: README,
     Performance). For the methods whose clients train plainly (FedAvg, FedProx, STC, FD, FedDF,
     FedBE, CFL, FedAUX, ...); the others say so and train one after another. ``vectorize_chunk``:
-    clients per batched computation; ``auto``: as many as half the device's free memory holds.
+    clients per batched computation; ``auto``: as many as a fixed budget holds (1 GiB on a CPU, half
+    the actor's share of a GPU's total memory: ``fedray.cohort.memory_budget``). Never the memory
+    free at the moment: the chunks change the float rounding (a CNN's convolutions add in another
+    order for larger chunks), and results must not depend on what else runs on the machine.
     """
 
     backend: Literal["ray", "local"] = "ray"
