@@ -10,6 +10,7 @@ import ray
 from actors.client import ClientActorLost, RayExecutor
 from actors.driver import root_cause
 from fedray.checkpoint import CHECKPOINT, read_checkpoint
+from fedray.clients import LocalExecutor
 from fedray.federation import Federation
 from fedray.messages import ClientFailure, ClientTask, RoundPlan
 from fedray.runner import ERROR_LOG, RunFailed, run_experiment
@@ -117,15 +118,31 @@ def test_stateful_stc_on_actors_resumes_exactly(local_ray, tmp_path):
 def test_vectorised_cohorts_on_actors_match_the_sequential_run(local_ray, tmp_path):
     """runtime.vectorize on Ray: each actor gets its share of the round in one batch and trains it as
     cohorts, one per architecture; the run ends where the sequential one (local backend) does, up to
-    float rounding."""
+    what float rounding does to 57 steps of SGD with momentum through ReLUs and max-pools.
+
+    The bound: a cohort sums its batched products in another order, so its gradients differ from the
+    sequential path's in the last bits. Where an activation lies within rounding of a ReLU's kink or
+    a max-pool's tie, the two paths route a gradient differently, and momentum carries that on. This
+    is not the cohort's doing: the sequential run alone, with its learning rate moved by 2 float32
+    ulps, ends with LeNet-5's trained change (final - initial weights) 1.1e-2 apart (relative norm;
+    1.2e-3 on the worst weight), and the cohorts end 2.8e-2 apart (this Zen 3; the MLP 3e-7, as
+    no kink was crossed). So each architecture's trained change must agree within 0.1 of its norm.
+    Cohorts that draw their clients' batches from other seeds (each task seed + 1) end 0.24 (MLP)
+    and 0.27 (LeNet-5) apart. The unit tests in tests/test_cohort.py hold the cohort's arithmetic to
+    1e-6 on short runs."""
     config = small_config(runtime={"vectorize": True, "clients_per_actor": "auto"})
     summary = run_experiment(config, tmp_path / "vec", progress=False)
     assert summary["executor"]["vectorize"] == "cohorts"
-    run_experiment(small_config(runtime={"backend": "local"}), tmp_path / "seq", progress=False)
+    sequential = small_config(runtime={"backend": "local"})
+    run_experiment(sequential, tmp_path / "seq", progress=False)
+    initial = Federation(sequential, tmp_path / "init", LocalExecutor, checkpoints=False).strategy.models
     models = [read_checkpoint(tmp_path / run / CHECKPOINT)["strategy"]["models"] for run in ("vec", "seq")]
     for arch, weights in models[1].items():
-        for name, value in weights.items():
-            np.testing.assert_allclose(models[0][arch][name], value, rtol=0, atol=1e-4)
+        names = sorted(weights)
+        trained = [np.concatenate([(m[arch][n].astype(np.float64) - initial[arch][n]).ravel() for n in names])
+                   for m in models]
+        assert np.linalg.norm(trained[0] - trained[1]) <= 0.1 * np.linalg.norm(trained[1]), arch
+    # a 1e-2 relative change of the weights moves a few of the 2,000 test predictions (0.0005 each)
     accuracy = [read_scalars(tmp_path / run)["eval/accuracy"] for run in ("vec", "seq")]
-    assert [v for _, v in accuracy[0]] == pytest.approx([v for _, v in accuracy[1]], abs=0.002)
+    assert [v for _, v in accuracy[0]] == pytest.approx([v for _, v in accuracy[1]], abs=0.01)
     assert accuracy[0][-1][1] > 0.70
