@@ -8,6 +8,7 @@ import subprocess
 import sys
 import threading
 import time
+from contextlib import contextmanager
 from pathlib import Path
 
 import numpy as np
@@ -80,26 +81,34 @@ def test_a_hung_client_actor_ends_the_round_at_its_deadline(local_ray, tmp_path)
         with pytest.raises(RoundTimeout, match=r"^round 2 did not finish within runtime.round_timeout_s = 3 s: "
                                                r"the client actors running clients \[[\d, ]+\] did not answer$"):
             fed.run_round()
-        assert time.monotonic() - start < 10
+        assert time.monotonic() - start < 60  # at its deadline, not never (a loaded machine adds seconds)
     finally:
         os.kill(pid, signal.SIGCONT)
         fed.executor.shutdown()
 
 
-def kill_process_when(title: str, run_dir: Path, round: int) -> threading.Thread:
-    """Kill -9 the Ray worker whose process title starts with ``title`` once the run's checkpoint
-    reaches ``round``."""
+@contextmanager
+def kill_process_when(title: str, run_dir: Path, round: int):
+    """While in the block, kill -9 the Ray worker whose process title starts with ``title`` once the
+    run's checkpoint reaches ``round``, however long that takes (on a deadline instead, a loaded
+    machine would see it killed before the run got there); nothing if the block ends first."""
+    ended = threading.Event()
+
     def watch():
-        deadline = time.time() + 300
-        while (checkpoint_round(run_dir) or 0) < round and time.time() < deadline:
-            time.sleep(0.05)
+        while (checkpoint_round(run_dir) or 0) < round:
+            if ended.wait(0.05):
+                return
         for proc in psutil.process_iter(["cmdline"]):
             if (proc.info["cmdline"] or [""])[0].startswith(title):
                 proc.kill()
 
     thread = threading.Thread(target=watch, daemon=True)
     thread.start()
-    return thread
+    try:
+        yield
+    finally:
+        ended.set()
+        thread.join()
 
 
 @pytest.mark.parametrize("title, tree", [
@@ -109,10 +118,8 @@ def kill_process_when(title: str, run_dir: Path, round: int) -> threading.Thread
 ])
 def test_a_dead_server_or_tree_actor_stops_the_run_with_the_resume_command(local_ray, tmp_path, title, tree):
     config = small_config(**{**tree, "federation": {"rounds": 200, **tree.get("federation", {})}}, checkpoint_every=1)
-    watcher = kill_process_when(title, tmp_path, 2)
-    with pytest.raises(RunFailed) as info:
+    with kill_process_when(title, tmp_path, 2), pytest.raises(RunFailed) as info:
         run_experiment(config, tmp_path, progress=False)
-    watcher.join()
     line = str(info.value)
     saved = checkpoint_round(tmp_path)
     assert "\n" not in line and saved >= 2
@@ -135,10 +142,11 @@ def wait_for_start(proc: subprocess.Popen) -> None:
 
 
 def wait_for_round(proc: subprocess.Popen, run_dir: Path) -> None:
-    """Wait until the run has logged round 1: round 2 is under way."""
+    """Wait until the run has logged round 1 (round 2 is under way), however long that takes on a
+    loaded machine; a run that ends first fails the test."""
     wait_for_start(proc)
-    deadline = time.time() + 60
-    while "eval/accuracy" not in read_scalars(run_dir) and time.time() < deadline:
+    while "eval/accuracy" not in read_scalars(run_dir):
+        assert proc.poll() is None, f"the run ended before its first round: {proc.stderr.read()[-2000:]}"
         time.sleep(0.1)
 
 
