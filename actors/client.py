@@ -15,6 +15,7 @@ from fedray.clients import client_major
 from fedray.config import Config
 from fedray.experiment import Method
 from fedray.messages import ClientSpec, ClientTask, ClientUpdate, RoundPlan
+from fedray.runner import ANSI
 
 
 RESTART_TIMEOUT_S = 120.0  # how long a restarted client actor may take to come back up
@@ -70,19 +71,18 @@ class RayExecutor:
                              [c.client_id for c in group]),
                             {"aux_x": aux_ref, "initial_models": initial_ref, "spans": spans_ref})
                            for slot, group in zip(self.slots, self.groups)]
-        self.placements = self._gather([actor.setup.remote(*args, **kwargs)
-                                        for actor, (args, kwargs) in zip(self.actors, self.setup_args)], "start-up")
+        self.max_restarts, self.timeout = config.runtime.actor_restarts, config.runtime.round_timeout_s
+        self.restarts = [0] * len(self.actors)  # restarts of each actor so far
+        self.saved: list = []  # object refs of the client states of the last checkpoint (or resume)
+        self.faults: list[str] = []  # the actors restarted since ``take_faults`` last asked
+        self.retried = 0  # and the tasks that ran again
+        self.placements, _ = self._on_each(lambda i: self._setup(i), "start-up")
         self.owner = {spec.client_id: i for i, group in enumerate(self.groups) for spec in group}
         self.sizes = {spec.client_id: spec.num_samples for spec in specs}
         # an explicit clients_per_actor is a layout the user asked for: keep every client at home
         self.pinned = method.stateful or config.runtime.clients_per_actor != "auto"
         # actors that train their tasks as cohorts get them all at once (a cohort per call, not a task)
         self.together = bool(config.runtime.vectorize) and method.client.cohort_refusal() is None
-        self.max_restarts, self.timeout = config.runtime.actor_restarts, config.runtime.round_timeout_s
-        self.restarts = [0] * len(self.actors)  # restarts of each actor so far
-        self.saved: list = []  # object refs of the client states of the last checkpoint (or resume)
-        self.faults: list[str] = []  # the actors restarted since ``take_faults`` last asked
-        self.retried = 0  # and the tasks that ran again
 
     def execute(self, plan: RoundPlan) -> list[ClientUpdate]:
         refs = {key: ray.put(payload) for key, payload in plan.broadcast.items()}
@@ -110,12 +110,7 @@ class RayExecutor:
             try:
                 results.append(ray.get(ready[0]))
             except RayError as err:
-                if isinstance(err, RayTaskError) and not isinstance(err, HostNotSetUp):
-                    raise  # a task that failed, not an actor that died
-                if not isinstance(err, (RayActorError, HostNotSetUp)):  # e.g. unschedulable: its node left
-                    raise self._lost_error(err, f"round {round}") from None
-                if incarnation == self.restarts[i]:  # the first of its lost batches to come back
-                    self._recover(i, err, f"round {round}")
+                self._survive(i, incarnation, err, f"round {round}")
                 self.retried += len(tasks)
                 submit(i, tasks)  # the lost tasks run again on the restarted actor
                 continue
@@ -167,34 +162,79 @@ class RayExecutor:
                     refill(i)
         return refill
 
-    def _recover(self, i: int, err: RayActorError, stage: str) -> None:
-        """Client actor ``i`` died: once Ray has restarted it, set its clients up again with their
-        state from the last checkpoint. ClientActorLost when it cannot come back (its node left,
-        its restarts are spent, it does not start again)."""
-        slot = self.slots[i]
-        alive = {n.node_id for n in alive_nodes(ray.nodes())}
-        if slot.server or self.restarts[i] >= self.max_restarts or slot.node_id not in alive:
-            raise self._lost_error(err, stage)
-        self.restarts[i] += 1
+    def _setup(self, i: int):
+        """Actor ``i``'s ``setup`` call (its clients, built from the same arguments every time)."""
         args, kwargs = self.setup_args[i]
+        return self.actors[i].setup.remote(*args, **kwargs)
+
+    def _on_each(self, call: Callable[[int], Any], stage: str) -> tuple[list, list]:
+        """``call(i)``, a remote call on actor ``i``, for every actor; their results and the object
+        refs that gave them, in actor order. An actor that died (at any moment since it was last
+        asked: while idle, or during the call) is set up again and asked again (``_survive``)."""
+        pending = {call(i): (i, self.restarts[i]) for i in range(len(self.actors))}
+        results, refs = [None] * len(self.actors), [None] * len(self.actors)
+        while pending:
+            ready, _ = ray.wait(list(pending), num_returns=1)
+            i, incarnation = pending.pop(ready[0])
+            try:
+                results[i], refs[i] = ray.get(ready[0]), ready[0]
+            except RayError as err:
+                self._survive(i, incarnation, err, stage)
+                pending[call(i)] = (i, self.restarts[i])
+        return results, refs
+
+    def _survive(self, i: int, incarnation: int, err: RayError, stage: str) -> None:
+        """A call on actor ``i`` (made while it was in its ``incarnation``-th life) failed with
+        ``err``; return when the call can be made again. A task that failed raises its error; an
+        actor that died, or that Ray restarted before it was asked (``HostNotSetUp``), is set up
+        again once (``_recover``), when this is the first of its lost calls to come back; an actor
+        that cannot come back (its node left: unschedulable) is ClientActorLost."""
+        if isinstance(err, RayTaskError) and not isinstance(err, HostNotSetUp):
+            raise err  # a task that failed, not an actor that died
+        if not isinstance(err, (RayActorError, HostNotSetUp)):  # e.g. unschedulable: its node left
+            raise self._lost_error(err, stage) from None
+        if incarnation == self.restarts[i]:
+            self._recover(i, err, stage)
+
+    def _recover(self, i: int, err: RayError, stage: str) -> None:
+        """Client actor ``i`` died: once Ray has restarted it, set its clients up again with their
+        state from the last checkpoint; again if it dies while coming back. ClientActorLost when it
+        cannot come back (its node left, its restarts are spent, it does not start again)."""
         deadline = time.monotonic() + RESTART_TIMEOUT_S
         while True:
+            alive = {n.node_id for n in alive_nodes(ray.nodes())}
+            if self.slots[i].server or self.restarts[i] >= self.max_restarts or self.slots[i].node_id not in alive:
+                raise self._lost_error(err, stage)
+            self.restarts[i] += 1
             try:
-                left = max(0.0, deadline - time.monotonic())
-                ray.get(self.actors[i].setup.remote(*args, **kwargs), timeout=left)
-                ray.get([self.actors[i].load_client_states.remote(part) for part in self.saved], timeout=left)
+                self._set_up_again(i, deadline)
                 break
-            except ActorUnavailableError:  # still restarting: ask again
-                if time.monotonic() > deadline:
-                    raise self._lost_error(err, stage) from None
-                time.sleep(0.1)
-            except (RayError, GetTimeoutError):  # dead for good, or pinned to a node that left (unschedulable)
+            except (RayActorError, HostNotSetUp) as again:  # died again while coming back
+                err = again
+            except RayTaskError:
+                raise  # its clients cannot be built: not a fault of the actor
+            except (RayError, GetTimeoutError):  # pinned to a node that left (unschedulable), or never back
                 raise self._lost_error(err, stage) from None
         state = "their state of the last checkpoint" if self.saved else "their initial state (no checkpoint yet)"
-        self.faults.append(f"client actor {i} (clients {_short([c.client_id for c in self.groups[i]])}) died during "
-                           f"{stage} ({str(err).splitlines()[0][:160]}); Ray restarted it ({self.restarts[i]} of "
-                           f"runtime.actor_restarts = {self.max_restarts}), its clients got {state}, and its "
-                           f"lost tasks ran again")
+        how = (f"had died before {stage} (Ray had restarted it without its clients)" if isinstance(err, HostNotSetUp)
+               else f"died during {stage} ({ANSI.sub('', str(err).splitlines()[0])[:160]})")
+        self.faults.append(f"client actor {i} (clients {_short([c.client_id for c in self.groups[i]])}) {how}; it was "
+                           f"restarted ({self.restarts[i]} of runtime.actor_restarts = {self.max_restarts}), its "
+                           f"clients got {state}, and what it had lost ran again")
+
+    def _set_up_again(self, i: int, deadline: float) -> None:
+        """Actor ``i``'s clients built again and given the states of the last checkpoint, asking
+        until Ray has restarted it (or ``deadline``: GetTimeoutError)."""
+        while True:
+            left = max(0.0, deadline - time.monotonic())
+            try:
+                ray.get(self._setup(i), timeout=left)
+                ray.get([self.actors[i].load_client_states.remote(part) for part in self.saved], timeout=left)
+                return
+            except ActorUnavailableError:  # still restarting: ask again
+                if time.monotonic() > deadline:
+                    raise GetTimeoutError(f"not back within {RESTART_TIMEOUT_S:g} s") from None
+                time.sleep(0.1)
 
     def take_faults(self) -> tuple[list[str], int]:
         """What the executor survived since the last call: a line per restarted actor, and how many
@@ -213,19 +253,19 @@ class RayExecutor:
 
     def client_states(self) -> dict[int, dict[str, Any]]:
         """Every client's state, for the checkpoint; kept (in the object store) for restarted actors."""
-        parts = [a.client_states.remote() for a in self.actors]
+        parts, refs = self._on_each(lambda i: self.actors[i].client_states.remote(), "checkpoint")
         states: dict[int, dict[str, Any]] = {}
-        for part in self._gather(parts, "checkpoint"):
+        for part in parts:
             states.update(part)
-        self.saved = parts
+        self.saved = refs
         return states
 
     def load_client_states(self, states: dict[int, dict[str, Any]]) -> None:
         self.saved = [ray.put(states)]
-        self._gather([a.load_client_states.remote(self.saved[0]) for a in self.actors], "resume")
+        self._on_each(lambda i: self.actors[i].load_client_states.remote(self.saved[0]), "resume")
 
     def node_ids(self) -> list[str]:
-        return self._gather([a.node_id.remote() for a in self.actors], "placement check")
+        return self._on_each(lambda i: self.actors[i].node_id.remote(), "placement check")[0]
 
     def describe(self) -> dict[str, Any]:
         per_node = {}
@@ -240,15 +280,6 @@ class RayExecutor:
 
     def shutdown(self) -> None:
         stop(self.slots, self.actors)
-
-    def _gather(self, futures: list, stage: str) -> list:
-        return self._collect(lambda: ray.get(futures), stage)
-
-    def _collect(self, wait, stage: str) -> list:
-        try:
-            return wait()
-        except RayActorError as err:
-            raise self._lost_error(err, stage) from None
 
     def _lost_error(self, err: Exception, stage: str) -> ClientActorLost:
         """Which client actors are gone (each pinged), their clients and nodes, in one line."""
@@ -269,7 +300,7 @@ class RayExecutor:
     def _lost(self, timeout: float = 10.0) -> list[int]:
         """The index of every actor that does not answer a ping; all actors are pinged at once (the
         server, which asks, is alive)."""
-        pings = [a.hosted.remote() for s, a in zip(self.slots, self.actors) if not s.server]
+        pings = [a.pid.remote() for s, a in zip(self.slots, self.actors) if not s.server]
         ready, _ = ray.wait(pings, num_returns=len(pings), timeout=timeout)
         answered = set()
         for ref in ready:

@@ -71,6 +71,62 @@ def test_a_client_actor_killed_every_second_round_changes_nothing(local_ray, tmp
     assert all(v >= 1 for _, v in scalars["runtime/tasks_retried"])
 
 
+def restarted(actor, pid: int) -> int:
+    """Wait until Ray has restarted ``actor`` (killed as process ``pid``); its new pid."""
+    while True:
+        try:
+            new = ray.get(actor.pid.remote(), timeout=30)
+        except (ray.exceptions.RayActorError, ray.exceptions.GetTimeoutError):
+            new = pid  # still restarting
+        if new != pid:
+            return new
+        time.sleep(0.1)
+
+
+@pytest.fixture(scope="module")
+def undisturbed_stc(local_ray, tmp_path_factory):
+    config = small_config(**STC, federation={"rounds": 3, "clients_per_round": 10, "architectures": {"mlp": 10}},
+                          checkpoint_every=1)
+    run_dir = tmp_path_factory.mktemp("whole")
+    return config, run_experiment(config, run_dir, progress=False), read_checkpoint(run_dir / CHECKPOINT)
+
+
+@pytest.mark.parametrize("moment", ["set-up", "idle before a round", "idle before a checkpoint", "checkpoint"])
+def test_a_client_actor_killed_at_any_moment_changes_nothing(undisturbed_stc, tmp_path, moment):
+    """An actor may die at any moment, not only while it trains: while its clients are set up;
+    while it is idle between rounds, so that Ray has restarted it, without clients, by the time it
+    is next asked, for a round's tasks or for its clients' states; or as its clients' states are
+    read for a checkpoint (as the driver's stop signal asks for one between rounds). Each time it is
+    set up again with the last checkpoint's state, and the run ends exactly where the undisturbed
+    run ends."""
+    from functools import partial
+
+    from actors.pool import ClientPool
+
+    config, undisturbed, whole = undisturbed_stc
+    pool = ClientPool(config, config.federation.client_archs())
+    if moment == "set-up":  # the actor's process is up, its clients not yet
+        kill_9(ray.get(pool.actors[1].pid.remote()))
+    fed = Federation(config, tmp_path, partial(RayExecutor, pool=pool))
+    for round in range(1, 4):
+        if round == 2 and moment != "set-up":
+            actor = fed.executor.actors[1]
+            pid = ray.get(actor.pid.remote())
+            kill_9(pid)
+            if moment.startswith("idle"):
+                restarted(actor, pid)
+            if moment.endswith("checkpoint"):
+                fed.save_checkpoint()
+        fed.run_round()
+    disturbed = fed.finish()
+    assert disturbed["final"] == undisturbed["final"] and disturbed["comm"] == undisturbed["comm"]
+    killed = read_checkpoint(tmp_path / CHECKPOINT)
+    assert_same_state(whole["clients"], killed["clients"])
+    assert_same_state(whole["strategy"]["models"], killed["strategy"]["models"])
+    scalars = read_scalars(tmp_path)
+    assert scalars["runtime/actor_restarts"] == [(1 if moment == "set-up" else 2, 1.0)]
+
+
 def test_a_hung_client_actor_ends_the_round_at_its_deadline(local_ray, tmp_path):
     fed = Federation(small_config(runtime={"round_timeout_s": 3}), tmp_path, RayExecutor)
     fed.run_round()
