@@ -37,8 +37,9 @@ class ServerActorDied(RuntimeError):
 
 
 def connect(runtime: RuntimeConfig) -> bool:
-    """Start a local Ray capped at the configured resources, or join ``address``/``RAY_ADDRESS``;
-    True when this call started Ray (the caller then shuts it down).
+    """Start a local Ray of the run's own, capped at the configured resources, or join the cluster
+    of ``runtime.address``/``RAY_ADDRESS``; True when this call started Ray (the caller then shuts
+    it down).
 
     A local Ray is started lean (``lean_head``): with the log monitor only when the actors' output
     is wanted on the console (``runtime.actor_output``), and as ``ray.init`` starts it when the
@@ -48,6 +49,7 @@ def connect(runtime: RuntimeConfig) -> bool:
     """
     if ray.is_initialized():
         return False
+    quiet_worker_deaths()
     address, key = ray_address(runtime)
     if address:
         probe_ray(address, key)
@@ -57,9 +59,33 @@ def connect(runtime: RuntimeConfig) -> bool:
             raise no_cluster(address, key) from None
         return False
     with lean_head(not runtime.dashboard, log_monitor=runtime.actor_output):
-        ray.init(num_cpus=runtime.num_cpus, num_gpus=runtime.num_gpus, include_dashboard=runtime.dashboard,
+        # "local": a Ray of its own, where a plain ray.init() would join the last Ray started on
+        # this machine (Ray's ``ray_current_cluster`` file), someone else's, or a dead one's address
+        ray.init(address="local", num_cpus=runtime.num_cpus, num_gpus=runtime.num_gpus, include_dashboard=runtime.dashboard,
                  logging_level="ERROR")
     return True
+
+
+WORKER_DIED = "A worker died or was killed while executing a task"
+
+
+def quiet_worker_deaths() -> None:
+    """Keep Ray's driver from printing its 10-line "(raylet) A worker died or was killed ..." for a
+    client actor that dies: the run either survives it (restarted, and recorded in the text
+    ``runtime/faults``) or stops with one line naming it. Ray's other messages print as before."""
+    from ray._private import worker
+
+    original = worker.print_to_stdstream
+    if getattr(original, "fedray_quiet", False):
+        return
+
+    def filtered(data, *args, **kwargs):
+        if data.get("pid") == "raylet" and any(str(line).startswith(WORKER_DIED) for line in data.get("lines", ())):
+            return None
+        return original(data, *args, **kwargs)
+
+    filtered.fedray_quiet = True
+    worker.print_to_stdstream = filtered
 
 
 @contextmanager

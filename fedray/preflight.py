@@ -150,6 +150,29 @@ def probe_ray(address: str, key: str = "runtime.address", timeout: float = PROBE
         socket.create_connection((host.strip("[]"), int(port)), timeout=timeout).close()
     except (OSError, ValueError):
         raise no_cluster(address, key) from None
+    if not speaks_grpc(f"{host}:{port}", timeout):
+        raise ConfigError(f"what answers at {address} is not a Ray cluster (it does not speak gRPC): give the "
+                          f"address of a Ray head node's GCS (`ray start --head` prints it) or "
+                          f"{'drop runtime.address' if key == 'runtime.address' else 'unset RAY_ADDRESS'}")
+
+
+def speaks_grpc(target: str, timeout: float) -> bool:
+    """Whether a gRPC (HTTP/2) server takes a connection at ``target`` within ``timeout`` seconds, as
+    Ray's GCS and Ray Client server do; another server there (a web page, a database) would cost
+    ``ray.init`` 20 s and 20 lines of warnings before it gives up. With Ray's TLS (``RAY_USE_TLS``)
+    a plain channel cannot tell: True."""
+    import grpc
+
+    if os.environ.get("RAY_USE_TLS", "0").lower() in ("1", "true"):
+        return True
+    channel = grpc.insecure_channel(target)
+    try:
+        grpc.channel_ready_future(channel).result(timeout=timeout)
+        return True
+    except grpc.FutureTimeoutError:
+        return False
+    finally:
+        channel.close()
 
 
 def no_cluster(address: str, key: str) -> ConfigError:

@@ -1,11 +1,13 @@
 """The CLI end to end on the local backend: run, resume to extend a finished run, report; and every
 bad input refused in one line with exit status 2 before any run folder is made or Ray starts."""
 
+import http.server
 import json
 import os
 import socket
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -219,6 +221,22 @@ def test_ray_address_from_the_environment_is_probed_too(tmp_path, capsys, monkey
     with pytest.raises(ConfigError, match=f"no Ray cluster answers at {address}"):  # the driver's own call
         connect(RuntimeConfig())
     assert not ray.is_initialized()
+
+
+def test_a_cluster_address_where_something_else_answers_is_refused_in_seconds(tmp_path, capsys):
+    """A web server where the GCS should be: ray.init would take 20 s and print 20 lines of warnings."""
+    quiet = type("Quiet", (http.server.BaseHTTPRequestHandler,), {"log_message": lambda self, *args: None})
+    server = http.server.HTTPServer(("127.0.0.1", 0), quiet)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        address = f"127.0.0.1:{server.server_address[1]}"
+        start = time.perf_counter()
+        line = refused(tmp_path, capsys, "run", config_file(tmp_path, RAY), f"runtime.address={address}")
+        assert line == (f"what answers at {address} is not a Ray cluster (it does not speak gRPC): give the address "
+                        f"of a Ray head node's GCS (`ray start --head` prints it) or drop runtime.address")
+        assert time.perf_counter() - start < 30 and not ray.is_initialized()
+    finally:
+        server.shutdown()
 
 
 def test_plot_refuses_an_out_it_cannot_write(tmp_path, capsys):

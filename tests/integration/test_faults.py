@@ -2,10 +2,14 @@
 or tree actor, and a driver stopped by signals. (With tests/test_checkpoint.py, test_divergence.py
 and the lost node of test_cluster.py this is the fault suite: ``pytest -m faults``.)"""
 
+import json
 import os
+import shutil
 import signal
+import socket
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from contextlib import contextmanager
@@ -250,3 +254,44 @@ def test_a_second_ctrl_c_stops_at_once(tmp_path):
     assert proc.returncode == 1
     assert lines[-2] == "fedray: SIGINT: stopping after this round with a checkpoint (again: stop at once)"
     assert lines[-1].startswith("fedray: error: interrupted; ")
+
+
+def test_a_plain_run_starts_its_own_ray_whatever_the_last_ray_on_the_machine_was(tmp_path):
+    """Without runtime.address or RAY_ADDRESS, ray.init() would join the Ray named in Ray's
+    ``ray_current_cluster`` file: here one long gone (an address where nothing answers), where it
+    hung for minutes. The run starts a Ray of its own and ends."""
+    temp = Path(tempfile.mkdtemp(prefix="r", dir="/tmp"))  # short: Ray's socket paths live under it
+    try:
+        (temp / "ray").mkdir()
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            gone = s.getsockname()[1]
+        (temp / "ray" / "ray_current_cluster").write_text(f"127.0.0.1:{gone}")
+        path = tmp_path / "c.yaml"
+        save_config(small_config(federation={"rounds": 1}), path)
+        env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
+        run = fedray("run", str(path), "--run-dir", str(tmp_path / "run"), "--no-progress",
+                     env={**env, "RAY_TMPDIR": str(temp)})
+        out, err = run.communicate(timeout=300)
+        assert run.returncode == 0, err
+        assert json.loads(out)["run_dir"] == str(tmp_path / "run") and checkpoint_round(tmp_path / "run") == 1
+    finally:
+        shutil.rmtree(temp, ignore_errors=True)
+
+
+def test_a_client_actor_killed_between_rounds_of_a_cli_run_is_survived_quietly(tmp_path):
+    """As an operator would: ``kill -9`` of the run's ClientActor once round 1 is checkpointed,
+    whatever it is doing then (idle, or training round 2). The run ends (status 0) with every round,
+    records the restart, and Ray's long "A worker died" line does not reach the console."""
+    config = small_config(federation={"rounds": 4}, checkpoint_every=1, runtime={"server_hosts_clients": False})
+    path = tmp_path / "c.yaml"
+    save_config(config, path)
+    run_dir = tmp_path / "run"
+    with kill_process_when("ray::ClientActor", run_dir, 1):
+        run = fedray("run", str(path), "--run-dir", str(run_dir), "--no-progress")
+        out, err = run.communicate(timeout=600)
+    assert run.returncode == 0, err
+    assert "worker died" not in err.lower() and err.count("\n") == 1, err  # only "fedray: run folder ..."
+    scalars = read_scalars(run_dir)
+    assert [s for s, _ in scalars["eval/accuracy"]] == [1, 2, 3, 4]
+    assert sum(v for _, v in scalars["runtime/actor_restarts"]) >= 1
