@@ -3,7 +3,14 @@
 A config is a tree of pydantic models that forbid unknown keys. `load_config` reads a YAML file,
 applies ``key=value`` overrides (values parsed as YAML, so ``federation.rounds=5`` is an int and
 ``federation.architectures={cnn: 10}`` a mapping) and validates the whole tree. Every problem is
-reported as one :class:`ConfigError` line naming the bad key, the bad value and what is valid.
+reported as one :class:`ConfigError` line naming the bad key, the bad value (cut to
+``SHOWN_CHARS`` characters) and what is valid.
+
+Inputs are bounded before anything costly is done with them: a config file holds at most
+``MAX_CONFIG_BYTES`` and is refused unread above it; a file or an override value expands to at most
+``MAX_VALUES`` values, YAML aliases counted as the trees they repeat, counted while PyYAML composes
+the document (a "billion laughs" file stops at the first anchor past the bound); ``name`` is at most
+``MAX_NAME_CHARS`` characters, and every path setting fits the file system's limits on names.
 
 This module is the schema only: it imports no registry. The algorithm section is open here;
 ``fedray.experiment.resolve`` turns ``algorithm.name`` into a method and validates the remaining keys
@@ -15,6 +22,7 @@ from __future__ import annotations
 
 import copy
 import os
+import reprlib
 from pathlib import Path
 from typing import Annotated, Any, Literal, Optional, Union
 
@@ -22,11 +30,39 @@ import yaml
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 
+# the shipped configs hold at most 1.8 kB and 85 values. A config file or override value of up to
+# MAX_CONFIG_BYTES and MAX_VALUES (scalars, lists and mappings, aliases expanded) is read or refused
+# in under a second by PyYAML on a 2-core machine (0.7 s at worst; 100,000 values would take 3.7 s)
+MAX_CONFIG_BYTES = 1 << 20
+MAX_VALUES = 10_000
+MAX_NAME_CHARS = 100  # the run folder NAME-YYYYmmdd-HHMMSS must fit a file name
+NAME_MAX = 255  # bytes in a file or folder name: ext4, XFS, Btrfs, tmpfs, APFS, NTFS (in UTF-16 units)
+NAME_SUFFIX = 24  # what the run folder's name adds to NAME: -YYYYmmdd-HHMMSS, and -N when that is taken
+MAX_PATH_BYTES = 1024  # a path setting; under Linux's 4096 with room for the run folder and its files
+SHOWN_CHARS = 80  # a value quoted in an error message is cut to this many characters
+MAX_MESSAGE_CHARS = 2000  # and a whole message (names of models, data sets, paths) to this many
+
+
 class ConfigError(ValueError):
     """A config problem, described in one line for the user."""
 
     def __init__(self, message: str):  # a key or value with a line break in it stays on the line, escaped
-        super().__init__(message if message.isprintable() else repr(message)[1:-1])
+        message = message if message.isprintable() else repr(message)[1:-1]
+        if len(message) > MAX_MESSAGE_CHARS:  # the start says what is wrong, the end what to do
+            half = MAX_MESSAGE_CHARS // 2
+            message = f"{message[:half]} ... {message[-half:]}"
+        super().__init__(message)
+
+
+_SHOWN = reprlib.Repr()  # formats only what it shows: at most 8 items a level, 4 levels
+_SHOWN.maxlevel, _SHOWN.maxstring, _SHOWN.maxlong, _SHOWN.maxother = 4, SHOWN_CHARS, SHOWN_CHARS, SHOWN_CHARS
+_SHOWN.maxlist = _SHOWN.maxtuple = _SHOWN.maxset = _SHOWN.maxfrozenset = _SHOWN.maxdict = 8
+
+
+def shown(value: Any) -> str:
+    """``repr(value)`` for an error message, at most ``SHOWN_CHARS`` characters (cut with ``...``)."""
+    text = _SHOWN.repr(value)
+    return text if len(text) <= SHOWN_CHARS else text[:SHOWN_CHARS - 3] + "..."
 
 
 class _Section(BaseModel):
@@ -41,6 +77,26 @@ def _seed(value: int) -> int:
 
 
 Seed = Annotated[int, AfterValidator(_seed)]
+
+
+def _path_setting(value: str) -> str:
+    """A folder fedray writes in must have a path the file system takes: at most ``MAX_PATH_BYTES``
+    bytes, each folder name at most ``NAME_MAX`` (longer fail every file operation: "File name too long")."""
+    if _bytes(value) > MAX_PATH_BYTES:
+        raise ValueError(f"a path of {_bytes(value)} bytes; fedray takes paths of at most {MAX_PATH_BYTES} bytes")
+    longest = max(value.replace(os.altsep or os.sep, os.sep).split(os.sep), key=_bytes)
+    if _bytes(longest) > NAME_MAX:
+        raise ValueError(f"the folder name {shown(longest)} has {_bytes(longest)} bytes; a file system takes at "
+                         f"most {NAME_MAX}")
+    return value
+
+
+def _bytes(text: str) -> int:
+    """The length of ``text`` in UTF-8, as file systems count names."""
+    return len(text.encode("utf-8", "surrogatepass"))
+
+
+PathSetting = Annotated[str, AfterValidator(_path_setting)]
 
 
 class DataConfig(_Section):
@@ -119,7 +175,7 @@ class PretrainConfig(_Section):
     min_crop: float = Field(0.2, gt=0, le=1)  # smallest area fraction of a random resized crop
     flip: bool = True  # random horizontal flips (turn off for data where left and right differ)
     jitter: float = Field(0.4, ge=0)  # colour jitter strength on colour images; grey images get none
-    cache_dir: Optional[str] = None
+    cache_dir: Optional[PathSetting] = None
     freeze_features: bool = False
 
 
@@ -157,7 +213,7 @@ class FederationConfig(_Section):
             raise ValueError("needs at least one architecture, e.g. {cnn: 100}")
         for name, count in value.items():
             if count < 1:
-                raise ValueError(f"{name} has {count} clients; each architecture needs >= 1")
+                raise ValueError(f"{shown(name)} has {count} clients; each architecture needs >= 1")
         return value
 
     @model_validator(mode="after")
@@ -169,7 +225,7 @@ class FederationConfig(_Section):
         total = sum(self.architectures.values())
         if total != self.num_clients:
             raise ValueError(
-                f"architectures {self.architectures} add up to {total} clients, "
+                f"architectures {shown(self.architectures)} add up to {total} clients, "
                 f"but num_clients = {self.num_clients}"
             )
         return self
@@ -246,7 +302,7 @@ class RuntimeConfig(_Section):
     def _shares(cls, value: Union[float, dict[str, float]]) -> Union[float, dict[str, float]]:
         shares = value.values() if isinstance(value, dict) else [value]
         if any(not 0 <= s <= 1 for s in shares):
-            raise ValueError(f"GPU shares must be between 0 and 1 (a share of one GPU), got {value}")
+            raise ValueError(f"GPU shares must be between 0 and 1 (a share of one GPU), got {shown(value)}")
         return value
 
     def vectorizes(self, arch: str) -> bool:
@@ -292,7 +348,7 @@ class Config(_Section):
 
     name: str = "experiment"
     seed: Seed = 0
-    output_dir: str = "runs"
+    output_dir: PathSetting = "runs"
     checkpoint_every: int = Field(5, ge=1)
     data: DataConfig = Field(default_factory=DataConfig)
     federation: FederationConfig = Field(default_factory=FederationConfig)
@@ -308,6 +364,11 @@ class Config(_Section):
         if not value.strip() or any(sep and sep in value for sep in ("/", os.sep, os.altsep)):
             raise ValueError("the run folder is named NAME-TIMESTAMP: give a non-empty name without '/', "
                              "e.g. name: fmnist-fedavg")
+        if len(value) > MAX_NAME_CHARS or _bytes(value) + NAME_SUFFIX > NAME_MAX:
+            raise ValueError(f"the run folder is named NAME-TIMESTAMP, and a folder name has at most {NAME_MAX} "
+                             f"bytes: give a name of at most {MAX_NAME_CHARS} characters (and "
+                             f"{NAME_MAX - NAME_SUFFIX} bytes in UTF-8); this one has {len(value)} "
+                             f"({_bytes(value)} bytes)")
         return value
 
     @model_validator(mode="after")
@@ -321,16 +382,17 @@ class Config(_Section):
     def _shares_name_the_architectures(self) -> "Config":
         shares = self.runtime.actor_gpus
         if isinstance(shares, dict) and set(shares) != set(self.federation.architectures):
-            raise ValueError(f"runtime.actor_gpus names GPU shares for {sorted(shares)}, but the run's "
-                             f"architectures are {sorted(self.federation.architectures)}: give one share each")
+            raise ValueError(f"runtime.actor_gpus names GPU shares for {shown(sorted(shares))}, but the run's "
+                             f"architectures are {shown(sorted(self.federation.architectures))}: give one share each")
         return self
 
     @model_validator(mode="after")
     def _vectorize_names_architectures(self) -> "Config":
-        names = self.runtime.vectorize
-        if isinstance(names, list) and not set(names) <= set(self.federation.architectures):
-            raise ValueError(f"runtime.vectorize names {sorted(set(names) - set(self.federation.architectures))}, "
-                             f"which are not among the run's architectures {sorted(self.federation.architectures)}")
+        names, archs = self.runtime.vectorize, sorted(self.federation.architectures)
+        if isinstance(names, list) and not set(names) <= set(archs):
+            unknown = sorted(set(names) - set(archs))
+            raise ValueError(f"runtime.vectorize names {shown(unknown)}, which are not among the run's architectures "
+                             f"{shown(archs)}")
         return self
 
     @model_validator(mode="after")
@@ -352,6 +414,7 @@ def format_error(err: ValidationError, prefix: str = "") -> str:
     first = err.errors()[0]
     key = ".".join(str(part) for part in first["loc"])
     key = f"{prefix}{key}" if key else prefix.rstrip(".")
+    key = key if len(key) <= SHOWN_CHARS else key[:SHOWN_CHARS - 3] + "..."  # an unknown key may be long
     message = first["msg"]
     if first["type"] == "extra_forbidden":
         return f"unknown config key '{key}'"
@@ -360,19 +423,70 @@ def format_error(err: ValidationError, prefix: str = "") -> str:
     if not key:
         return f"bad config: {message}"
     value = first.get("input")
-    shown = "" if isinstance(value, dict) else f" = {value!r}"
-    return f"bad config value {key}{shown}: {message}"
+    quoted = "" if isinstance(value, dict) else f" = {shown(value)}"
+    return f"bad config value {key}{quoted}: {message}"
+
+
+class _BoundedLoader(yaml.SafeLoader):
+    """PyYAML's SafeLoader that counts the values of the document as it composes it, an alias as
+    all the values of the tree it repeats, and stops past ``MAX_VALUES``. PyYAML shares an aliased
+    tree instead of copying it, but pydantic, deepcopy, repr and YAML dumps walk every repetition:
+    ten anchors of ten aliases each are 10**10 values to them."""
+
+    def __init__(self, stream, what: str):
+        super().__init__(stream)
+        self.what, self.values = what, 0
+        self.sizes: dict[int, int] = {}  # id(node) -> values in its tree, aliases expanded
+
+    def compose_node(self, parent, index):
+        if self.check_event(yaml.AliasEvent):
+            anchor = self.peek_event().anchor
+            if anchor in self.anchors:
+                size = self.sizes.get(id(self.anchors[anchor]))
+                if size is None:  # an alias inside its own anchor: an endless tree
+                    raise ConfigError(f"{self.what}: the alias *{shown(anchor)[1:-1]} repeats a tree that holds "
+                                      f"it, which never ends; a config is a tree")
+                self._count(size)
+            return super().compose_node(parent, index)  # an unknown alias: PyYAML's ComposerError
+        start = self.values
+        self._count(1)
+        node = super().compose_node(parent, index)
+        self.sizes[id(node)] = self.values - start
+        return node
+
+    def _count(self, values: int) -> None:
+        self.values += values
+        if self.values > MAX_VALUES:
+            raise ConfigError(f"{self.what} expands to more than {MAX_VALUES} values (a YAML alias, *name, counts "
+                              f"as the whole tree it repeats); a config has at most {MAX_VALUES}")
+
+
+def _read_yaml(text: str | bytes, what: str) -> Any:
+    """``yaml.safe_load(text)``, refused in one ConfigError line (``what`` names the source) above
+    ``MAX_VALUES`` values; YAML errors are raised as they come."""
+    loader = _BoundedLoader(text, what)
+    try:
+        return loader.get_single_data()
+    finally:
+        loader.dispose()
 
 
 def parse_overrides(overrides: list[str]) -> list[tuple[list[str], Any]]:
-    """Parse ``a.b.c=value`` strings; values are read as YAML scalars or flow collections."""
+    """Parse ``a.b.c=value`` strings; values are read as YAML scalars or flow collections, within the
+    bounds of a config file (``MAX_CONFIG_BYTES``, ``MAX_VALUES``)."""
     parsed = []
     for item in overrides:
         key, sep, raw = item.partition("=")
         if not sep or not key:
-            raise ConfigError(f"override '{item}' is not of the form key=value")
+            raise ConfigError(f"override {shown(item)} is not of the form key=value")
+        what = f"override {shown(key.strip())}"
+        size = _bytes(raw)
+        if size > MAX_CONFIG_BYTES:
+            raise ConfigError(f"{what}: its value has {size} bytes; a value has at most {MAX_CONFIG_BYTES} (1 MiB)")
         try:
-            value = yaml.safe_load(raw) if raw else ""
+            value = _read_yaml(raw, what) if raw else ""
+        except ConfigError:
+            raise
         except (yaml.YAMLError, ValueError, RecursionError):  # e.g. 2020-13-45, a date PyYAML cannot make
             value = raw
         parsed.append((key.strip().split("."), value))
@@ -404,10 +518,24 @@ def build_config(tree: dict[str, Any]) -> Config:
 def load_config(path: str | Path, overrides: list[str] | None = None) -> Config:
     """Read a YAML config, apply ``key=value`` overrides and validate it."""
     path = Path(path)
-    if not path.is_file():
+    if os.path.isdir(path):
+        raise ConfigError(f"config file {path} is a folder; name a YAML file")
+    if not os.path.isfile(path):  # os.path: False, not OSError, for a name too long to look up
         raise ConfigError(f"config file {path} does not exist")
     try:
-        tree = yaml.safe_load(path.read_text())
+        with open(path, "rb") as f:
+            size = os.fstat(f.fileno()).st_size
+            data = f.read(MAX_CONFIG_BYTES + 1)  # not more, whatever the file holds
+    except OSError as err:
+        raise ConfigError(f"config file {path} cannot be read: {err.strerror or err}") from None
+    if len(data) > MAX_CONFIG_BYTES:
+        size = max(size, len(data))
+        raise ConfigError(f"config file {path} has {size} bytes; a config file has at most {MAX_CONFIG_BYTES} "
+                          f"(1 MiB)")
+    try:
+        tree = _read_yaml(data.decode(), f"config file {path}")
+    except ConfigError:
+        raise
     except (yaml.YAMLError, ValueError, RecursionError) as err:  # not UTF-8, a bad date, too deep
         raise ConfigError(f"config file {path} is not valid YAML: {str(err).splitlines()[0]}") from None
     if tree is None:  # 0 bytes or only comments: not a run of the defaults

@@ -1,9 +1,12 @@
-"""Config validation: every bad input is one line naming the key and the bad value."""
+"""Config validation: every bad input is one line naming the key and the bad value; inputs are
+bounded (file size, values with aliases expanded, name and path lengths) and refused at load."""
+
+import time
 
 import pytest
 
 from fedray.cli import main
-from fedray.config import ConfigError, apply_overrides, build_config, load_config
+from fedray.config import MAX_VALUES, ConfigError, apply_overrides, build_config, load_config
 from fedray.experiment import resolve
 
 
@@ -150,3 +153,107 @@ def test_infinite_or_nan_settings_are_refused(override):
 
     with pytest.raises(ConfigError, match="Input should be a finite number"):
         resolve(build_config(apply_overrides({"algorithm": {"name": "fedprox"}}, [override])))
+
+
+# Bounded inputs: refused at load, before anything walks them ---------------------------------------
+
+def laughs(depth: int, where: str = "") -> str:
+    """A "billion laughs" config: anchors a0..a{depth-1}, each a list of ten of the one before, then
+    ``name: *a{depth-1}``; ``where`` is a section to put the anchors in."""
+    lines = ["a0: &a0 [x, x, x, x, x, x, x, x, x, x]"]
+    lines += [f"a{i}: &a{i} [{', '.join([f'*a{i - 1}'] * 10)}]" for i in range(1, depth)]
+    if where:
+        lines = [f"{where}:"] + [f"  {line}" for line in lines]
+    return "\n".join(lines) + f"\nname: *a{depth - 1}\n"
+
+
+def test_a_billion_laughs_is_refused_while_it_is_read(tmp_path, capsys):
+    """10**10 values to pydantic or repr (the unbounded loader ran 301 s before it was killed); the
+    bounded one stops at the anchor that takes the count past MAX_VALUES, a4 (11,111 values)."""
+    import tracemalloc
+
+    path = write(tmp_path, laughs(10))
+    tracemalloc.start()
+    start = time.perf_counter()
+    with pytest.raises(ConfigError) as info:
+        load_config(path)
+    seconds, peak = time.perf_counter() - start, tracemalloc.get_traced_memory()[1]
+    tracemalloc.stop()
+    assert str(info.value) == (f"config file {path} expands to more than 10000 values (a YAML alias, *name, counts "
+                               f"as the whole tree it repeats); a config has at most 10000")
+    assert seconds < 10 and peak < 50e6  # generous: measured 5 ms and 1 MB
+    assert main(["check", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert err == f"fedray: error: {info.value}\n"
+
+
+def test_the_value_bound_counts_every_value_once_an_alias_as_its_tree(tmp_path):
+    # a mapping, data, a mapping, options, a mapping, x, a list: 7 values, then the list's items
+    fits = write(tmp_path, "data: {options: {x: [" + ", ".join(["0"] * (MAX_VALUES - 7)) + "]}}\n")
+    assert load_config(fits).data.options["x"] == [0] * (MAX_VALUES - 7)
+    over = write(tmp_path, "data: {options: {x: [" + ", ".join(["0"] * (MAX_VALUES - 6)) + "]}}\n")
+    with pytest.raises(ConfigError, match="expands to more than 10000 values"):
+        load_config(over)
+    # 1 + 2 + 11 + (1 + 10 * 11) + 1 + 1 + 111 * 89 aliases of a1 = 10006 values
+    aliases = "a: &a0 [0, 0, 0, 0, 0, 0, 0, 0, 0, 0]\nb: &a1 [" + ", ".join(["*a0"] * 10) + "]\n"
+    with pytest.raises(ConfigError, match="expands to more than 10000 values"):
+        load_config(write(tmp_path, aliases + "c: [" + ", ".join(["*a1"] * 89) + "]\n"))
+    with pytest.raises(ConfigError, match="unknown config key 'a'"):  # 88 aliases: 9895 values, read
+        load_config(write(tmp_path, aliases + "c: [" + ", ".join(["*a1"] * 88) + "]\n"))
+
+
+def test_a_value_in_a_message_is_cut_to_80_characters(tmp_path):
+    """What the loader lets through is still too long to print: the value is cut, the line stays short."""
+    path = write(tmp_path, laughs(3, where="data:\n  options"))  # name: a list of 1,111 values
+    with pytest.raises(ConfigError) as info:
+        load_config(path)
+    assert str(info.value) == ("bad config value name = [[['x', 'x', 'x', 'x', 'x', 'x', 'x', 'x', ...], ['x', 'x', "
+                               "'x', 'x', 'x', 'x...: Input should be a valid string")
+    text = message({"training": {"lr": "x" * 3000}})
+    assert text == f"bad config value training.lr = '{'x' * 37}...{'x' * 38}': Input should be a valid number, " \
+                   f"unable to parse string as a number"
+    assert message({("k" * 500): 1}) == f"unknown config key '{'k' * 77}...'"
+
+
+def test_a_config_file_over_1_mib_is_refused_unread(tmp_path):
+    path = tmp_path / "c.yaml"
+    path.write_bytes(b"\xff" * (2 << 20))  # not even UTF-8: the size is what is refused
+    with pytest.raises(ConfigError) as info:
+        load_config(path)
+    assert str(info.value) == f"config file {path} has 2097152 bytes; a config file has at most 1048576 (1 MiB)"
+    path.write_bytes(b"name: t\n#" + b"x" * ((1 << 20) - 10) + b"\n")  # 1 MiB exactly: read
+    assert load_config(path).name == "t"
+
+
+def test_overrides_have_the_bounds_of_a_file(tmp_path):
+    path = write(tmp_path, "name: t\n")
+    bomb = laughs(10).replace("\n", ", ")  # the file's mapping as one flow mapping
+    with pytest.raises(ConfigError, match=r"^override 'data.options' expands to more than 10000 values"):
+        load_config(path, ["data.options={" + bomb.rstrip(", ") + "}"])
+    with pytest.raises(ConfigError, match=r"^override 'name': the alias \*a repeats a tree that holds it"):
+        load_config(path, ["name=&a [*a]"])
+    with pytest.raises(ConfigError) as info:
+        load_config(path, ["name=" + "x" * ((1 << 20) + 1)])
+    assert str(info.value) == "override 'name': its value has 1048577 bytes; a value has at most 1048576 (1 MiB)"
+
+
+def test_the_name_is_at_most_100_characters_so_that_its_folder_name_fits(tmp_path):
+    assert build_config({"name": "n" * 100}).name == "n" * 100
+    assert message({"name": "n" * 101}) == (
+        f"bad config value name = '{'n' * 37}...{'n' * 38}': the run folder is named NAME-TIMESTAMP, and a folder "
+        f"name has at most 255 bytes: give a name of at most 100 characters (and 231 bytes in UTF-8); this one has "
+        f"101 (101 bytes)")
+    assert build_config({"name": "字" * 77}).name == "字" * 77  # 231 bytes
+    assert message({"name": "字" * 78}).endswith("this one has 78 (234 bytes)")
+    for name in ("n" * 100, "字" * 77):  # the longest names' folders, with a timestamp and a numbered suffix
+        (tmp_path / f"{name}-20260101-120000-1000").mkdir()
+
+
+def test_a_folder_setting_must_fit_the_file_system(tmp_path):
+    assert build_config({"output_dir": f"{tmp_path}/{'d' * 255}"}).output_dir.endswith("d" * 255)
+    long = f"{tmp_path}/{'d' * 256}/runs"
+    assert message({"output_dir": long}) == (
+        f"bad config value output_dir = '{long[:37]}...{long[-38:]}': the folder name '{'d' * 37}...{'d' * 38}' has "
+        f"256 bytes; a file system takes at most 255")
+    assert "a path of 1500 bytes; fedray takes paths of at most 1024 bytes" in message(
+        {"pretrain": {"cache_dir": "/" + "/".join(["d" * 99] * 15)}})
