@@ -6,7 +6,8 @@ file, more clients than samples, a run folder that cannot be made or already hol
 local Ray cannot hold, a cluster that does not answer, a resume that would not extend its run
 (``fedray.preflight``) is one line on stderr and exit status 2, and no run folder is made or Ray
 started. A run that fails later is one line too (exit status 1), naming ``RUN_DIR/error.log`` with
-the whole traceback and the checkpoint to resume from.
+the whole traceback and the checkpoint to resume from. ``report`` and ``plot`` refuse a run folder
+that is missing, a file or without event files in one line (exit status 2).
 
 The driver of a Ray run imports no torch (the actors do the work): it checks the data itself, and
 the server actor resolves the method before it makes the run folder.
@@ -133,6 +134,9 @@ def _plot(args) -> int:
     except (ValueError, KeyError) as err:
         print(f"fedray: error: {err}", file=sys.stderr)
         return EXIT_CONFIG
+    except OSError as err:  # writing the image failed: a full disk, say
+        print(f"fedray: error: cannot write {err.filename or args.out}: {err.strerror or err}", file=sys.stderr)
+        return EXIT_RUN
     return 0
 
 

@@ -79,12 +79,24 @@ def read_scalars(run_dir: str | Path) -> dict[str, list[tuple[int, float]]]:
     """Every scalar series in a run's event files, as ``{tag: [(step, value), ...]}`` by step.
 
     A resumed run adds a second event file. Where both hold a step, the later-written value (the
-    resumed run's) wins, whatever order the files are read in.
+    resumed run's) wins, whatever order the files are read in. Raises ValueError (one line) for a
+    folder that does not exist, a file, or a folder without event files.
     """
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-    acc = EventAccumulator(str(run_dir), size_guidance={"scalars": 0})
-    acc.Reload()
+    run_dir = Path(run_dir)
+    try:
+        if not os.path.lexists(run_dir):
+            raise ValueError(f"run folder {run_dir} does not exist")
+        if not run_dir.is_dir():
+            raise ValueError(f"{run_dir} is a file, not a run folder")
+        if not any("tfevents" in name for name in os.listdir(run_dir)):  # the files TensorBoard reads
+            raise ValueError(f"{run_dir} holds no TensorBoard event files (events.out.tfevents.*): name the "
+                             f"folder of a run")
+        acc = EventAccumulator(str(run_dir), size_guidance={"scalars": 0})
+        acc.Reload()
+    except OSError as err:  # e.g. a folder that cannot be listed, an event file that cannot be read
+        raise ValueError(f"run folder {run_dir} cannot be read: {err.strerror or err}") from None
     series = {}
     for tag in acc.Tags()["scalars"]:
         latest: dict[int, tuple[float, float]] = {}
@@ -124,7 +136,7 @@ def plot_file(out: str | Path, what: str = "out") -> Path:
     from matplotlib.backend_bases import FigureCanvasBase
 
     out = Path(out)
-    if out.is_dir():
+    if os.path.isdir(out):
         raise ValueError(f"{what} {out} is a folder: name a file in it, e.g. {out / 'plot.png'}")
     out = out if out.suffix else out.with_suffix(".png")
     formats = FigureCanvasBase.get_supported_filetypes()
@@ -132,7 +144,10 @@ def plot_file(out: str | Path, what: str = "out") -> Path:
         raise ValueError(f"{what} {out}: matplotlib cannot write {out.suffix} files; end the name in "
                          f"{', '.join('.' + f for f in sorted(formats))}")
     folder = out.parent
-    if not folder.is_dir():
+    if not os.path.isdir(folder):
+        found = next((p for p in (folder, *folder.parents) if os.path.lexists(p)), None)  # the nearest that is there
+        if found is not None and not os.path.isdir(found):
+            raise ValueError(f"{what} {out}: {found} is a file, not a folder; name a file in a folder")
         raise ValueError(f"{what} {out}: the folder {folder} does not exist; make it or name a file in another")
     if not os.access(folder, os.W_OK | os.X_OK):
         raise ValueError(f"{what} {out}: the folder {folder} is not writable; name a file in another")

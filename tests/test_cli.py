@@ -339,3 +339,22 @@ def test_a_cluster_is_checked_against_its_own_nodes():
                                           r"runtime.server_gpus$"):
         check_placement(config, nodes, "driver")
     assert check_placement(config, nodes, "gpu") is False  # on the GPU node it fits; a GPU server hosts no clients
+
+
+def test_report_and_plot_refuse_what_is_not_a_run_folder(tmp_path, capsys):
+    nope, afile, empty = tmp_path / "nope", tmp_path / "afile", tmp_path / "empty"
+    afile.write_text("")
+    empty.mkdir()
+    for command in (["report"], ["plot", "--out", tmp_path / "p.png"]):
+        assert refused(tmp_path, capsys, *command, nope) == f"run folder {nope} does not exist"
+        assert refused(tmp_path, capsys, *command, afile) == f"{afile} is a file, not a run folder"
+        assert refused(tmp_path, capsys, *command, empty) == (
+            f"{empty} holds no TensorBoard event files (events.out.tfevents.*): name the folder of a run")
+
+
+def test_plot_names_a_file_where_its_out_needs_a_folder(tmp_path, capsys):
+    afile = tmp_path / "afile"
+    afile.write_text("")
+    for out in (afile / "x.png", afile / "sub" / "x.png"):
+        assert refused(tmp_path, capsys, "plot", tmp_path, "--out", out) == (
+            f"--out {out}: {afile} is a file, not a folder; name a file in a folder")
