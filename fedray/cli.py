@@ -6,8 +6,9 @@ file, more clients than samples, a run folder that cannot be made or already hol
 local Ray cannot hold, a cluster that does not answer, a resume that would not extend its run
 (``fedray.preflight``) is one line on stderr and exit status 2, and no run folder is made or Ray
 started. A run that fails later is one line too (exit status 1), naming ``RUN_DIR/error.log`` with
-the whole traceback and the checkpoint to resume from. ``report`` and ``plot`` refuse a run folder
-that is missing, a file or without event files in one line (exit status 2).
+the whole traceback (a temporary file when the run folder cannot be written) and the checkpoint to
+resume from. ``report`` and ``plot`` refuse a run folder that is missing, a file or without event
+files in one line (exit status 2).
 
 The driver of a Ray run imports no torch (the actors do the work): it checks the data itself, and
 the server actor resolves the method before it makes the run folder.

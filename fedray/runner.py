@@ -5,16 +5,20 @@ in this process; with ``ray``, ``actors.driver`` wraps it in a ServerActor and t
 actor with the same three calls. ``actors`` (and with it Ray) is imported only for the Ray backend,
 and torch only for the local one: a Ray driver holds no model and no data, so it stays small.
 
-Whatever stops a run (a failing client, strategy or actor; Ctrl-C) reaches the user as one line
-that names the cause, the last intact checkpoint and ``RUN_DIR/error.log``, which holds the whole
-story: the traceback here and every traceback from the actors it passed through.
+Whatever stops a run (a failing client, strategy or actor; Ctrl-C; a run folder that cannot be
+written) reaches the user as one line that names the cause, the last intact checkpoint and
+``RUN_DIR/error.log``, which holds the whole story: the traceback here and every traceback from the
+actors it passed through. When the run folder cannot take ``error.log`` (a full disk, the folder
+replaced by a file), the story goes to a temporary file, which the line names instead.
 """
 
 from __future__ import annotations
 
+import os
 import re
 import signal
 import sys
+import tempfile
 import threading
 import time
 import traceback
@@ -37,6 +41,9 @@ ANSI = re.compile(r"\x1b\[[0-9;]*m")  # Ray colours its tracebacks for terminals
 
 class RunFailed(RuntimeError):
     """A run stopped; the message (one line) says why, where the traceback is and how to resume."""
+
+    def __init__(self, message: str):  # a path or cause with a line break in it stays on the line, escaped
+        super().__init__(message if message.isprintable() else repr(message)[1:-1])
 
 
 class RemoteError(RuntimeError):
@@ -132,10 +139,10 @@ def run_experiment(config: Config, run_dir: str | Path, resume: bool = False, pr
     except KeyboardInterrupt:
         raise RunFailed(resume_hint("interrupted", run_dir)) from None
     except Exception as err:  # any failure: one line here, the whole story in error.log
-        if isinstance(root_cause(err), ConfigError) and not run_dir.exists():
+        if isinstance(root_cause(err), ConfigError) and not os.path.exists(run_dir):
             raise root_cause(err) from None
-        log = write_error_log(run_dir, err)
-        raise RunFailed(resume_hint(f"{one_line(root_cause(err))} (traceback: {log})", run_dir)) from None
+        saved = write_error_log(run_dir, err)
+        raise RunFailed(resume_hint(f"{one_line(root_cause(err))} ({saved})", run_dir)) from None
 
 
 def _step_all(stepper: Stepper, config: Config, progress: bool, stop: StopSignal) -> None:
@@ -162,10 +169,50 @@ def root_cause(err: BaseException) -> BaseException:
     return err
 
 
-def write_error_log(run_dir: Path, err: BaseException) -> Path:
+def write_error_log(run_dir: Path, err: BaseException) -> str:
     """Append the failure's whole story to ``run_dir/error.log``: the traceback here, each actor's
-    traceback it passed through, and the failing client's own traceback."""
-    run_dir.mkdir(parents=True, exist_ok=True)
+    traceback it passed through, and the failing client's own traceback. Where the run folder
+    cannot take it (OSError), write it to a temporary file ``fedray-error-*.log`` instead.
+
+    Returns where the story went, for the one line: ``traceback: PATH``, the temporary file and why
+    error.log could not be written, or why neither could be written. It never raises OSError.
+    """
+    text = ANSI.sub("", error_story(err))
+    path = run_dir / ERROR_LOG
+    try:
+        try:
+            run_dir.mkdir(parents=True, exist_ok=True)
+        except FileExistsError:  # run_dir is a file now: open() below says "Not a directory"
+            pass
+        with open(path, "a", encoding="utf-8", errors="backslashreplace") as f:
+            f.write(text)
+        return f"traceback: {path}"
+    except OSError as failed:
+        why = _reason(failed)
+        try:  # an empty error.log left by a write that failed (a full disk) would only mislead
+            if path.stat().st_size == 0:
+                path.unlink()
+        except OSError:
+            pass
+    fd, fallback = None, None
+    try:
+        fd, fallback = tempfile.mkstemp(prefix="fedray-error-", suffix=".log")
+        with open(fd, "w", encoding="utf-8", errors="backslashreplace") as f:
+            fd = None  # the file object closes it
+            f.write(f"(written here because {path} cannot be written: {why})\n{text}")
+        return f"traceback: {fallback}, as {path} cannot be written: {why}"
+    except OSError as also:
+        if fd is not None:
+            os.close(fd)
+        if fallback is not None:
+            Path(fallback).unlink(missing_ok=True)
+        where = f" in {os.path.dirname(also.filename)}" if also.filename else ""
+        return (f"the traceback could not be saved: {path} cannot be written: {why}, nor a temporary file{where}: "
+                f"{_reason(also)}")
+
+
+def error_story(err: BaseException) -> str:
+    """The failure's traceback, then each actor's and the failing client's that it does not hold."""
     parts = [f"=== fedray run failed {time.strftime('%Y-%m-%d %H:%M:%S')}: {one_line(root_cause(err))}",
              "".join(traceback.format_exception(err))]
     text = parts[1]
@@ -177,17 +224,24 @@ def write_error_log(run_dir: Path, err: BaseException) -> Path:
     client_trace = getattr(err, "trace", "")
     if isinstance(client_trace, str) and client_trace and client_trace not in text:
         parts.append(f"--- in the client:\n{client_trace}")
-    path = run_dir / ERROR_LOG
-    with open(path, "a") as f:
-        f.write(ANSI.sub("", "\n".join(p.rstrip("\n") for p in parts)) + "\n\n")
-    return path
+    return "\n".join(p.rstrip("\n") for p in parts) + "\n\n"
+
+
+def _reason(err: OSError) -> str:
+    """An OSError in a few words: its strerror (``No space left on device``), else its message."""
+    return err.strerror or one_line(err)
 
 
 def resume_hint(reason: str, run_dir: Path) -> str:
+    """``reason`` and the checkpoint to resume from, one line; never raises on an unreadable folder."""
     try:
         saved = checkpoint_round(run_dir)
     except CheckpointError as err:
         return f"{reason}; {err}"
+    except OSError as err:  # e.g. the folder's name is too long, or it cannot be searched
+        return f"{reason}; the checkpoint in {run_dir} cannot be read: {_reason(err)}"
+    if saved is None and os.path.lexists(run_dir) and not os.path.isdir(run_dir):
+        return f"{reason}; {run_dir} is no longer a folder: no checkpoint to resume from there"
     if saved is None:
         return f"{reason}; no checkpoint was written in {run_dir}"
     return f"{reason}; the checkpoint of round {saved} is intact: fedray resume {run_dir}"

@@ -1,8 +1,15 @@
-"""One small TensorBoard writer per run: round metrics, the config as hparams, figures."""
+"""One small TensorBoard writer per run: round metrics, the config as hparams, figures.
+
+TensorBoard writes event files in a thread of its own. When a write fails there (a full disk, the
+run folder deleted or replaced by a file), the writer raises that error again at its next write,
+flush or close, in the run's thread, which reports it in one line like any other failure; the
+thread itself stays quiet (``_quiet_writer_threads``) instead of printing its traceback.
+"""
 
 from __future__ import annotations
 
 import os
+import threading
 from pathlib import Path
 from typing import Any, Optional
 
@@ -26,6 +33,25 @@ def flatten(tree: dict[str, Any], prefix: str = "") -> dict[str, Any]:
     return flat
 
 
+WRITER_THREADS = "tensorboard.summary.writer.event_file_writer"  # the module of TensorBoard's writing thread
+
+
+def _quiet_writer_threads() -> None:
+    """Keep the traceback of a failed TensorBoard writing thread off stderr: the thread keeps the
+    error, and the writer raises it again in the caller's thread at its next write, flush or close
+    (``SummaryWriter.close`` flushes first). Other threads' errors print as before."""
+    previous = threading.excepthook
+    if getattr(previous, "fedray_quiet_writers", False):
+        return
+
+    def hook(args: threading.ExceptHookArgs) -> None:
+        if type(args.thread).__module__ != WRITER_THREADS:
+            previous(args)
+
+    hook.fedray_quiet_writers = True
+    threading.excepthook = hook
+
+
 class RunWriter:
     """Writes one run's event files into ``run_dir``.
 
@@ -36,6 +62,7 @@ class RunWriter:
     """
 
     def __init__(self, run_dir: str | Path, purge_step: Optional[int] = None):
+        _quiet_writer_threads()
         self.writer = SummaryWriter(log_dir=str(run_dir), purge_step=purge_step)
 
     def log_config(self, config: dict[str, Any], metric_tags: list[str]) -> None:

@@ -1,11 +1,13 @@
-"""Reading event files back: a resumed run's values win over the interrupted run's, in any file order."""
+"""Reading event files back: a resumed run's values win over the interrupted run's, in any file order;
+a failed write reaches the run, not the terminal."""
 
+import threading
 import time
 
 import pytest
 from torch.utils.tensorboard import SummaryWriter
 
-from fedray.tracking import flatten, read_scalars
+from fedray.tracking import RunWriter, flatten, read_scalars
 
 
 def test_resumed_values_win_whatever_order_the_files_are_read(tmp_path):
@@ -25,3 +27,24 @@ def test_resumed_values_win_whatever_order_the_files_are_read(tmp_path):
 def test_flatten_for_hparams():
     assert flatten({"a": {"b": 1, "c": {"d": "x"}}, "e": [1, 2], "f": None}) == \
         {"a.b": 1, "a.c.d": "x", "e": "[1, 2]", "f": "None"}
+
+
+def test_a_failed_event_write_reaches_the_run_and_the_writing_thread_stays_quiet(tmp_path, monkeypatch):
+    """TensorBoard writes in a thread of its own; when the run folder is gone, that thread's error is
+    raised in the run's thread at the next flush and at close, and its traceback is not printed."""
+    printed = []
+    monkeypatch.setattr(threading, "excepthook", printed.append)  # what prints a thread's traceback
+    run_dir = tmp_path / "run"
+    writer = RunWriter(run_dir)
+    writer.log_scalars(1, {"eval/accuracy": 0.5})
+    run_dir.rename(tmp_path / "moved")
+    run_dir.write_text("")  # the run folder is a file now
+    with pytest.raises(NotADirectoryError):
+        writer.log_scalars(2, {"eval/accuracy": 0.6})
+    with pytest.raises(NotADirectoryError):
+        writer.close()
+    assert printed == []
+    other = threading.Thread(target=lambda: 1 / 0)
+    other.start(), other.join()
+    assert [type(args.exc_value) for args in printed] == [ZeroDivisionError]  # other threads' errors still print
+    assert read_scalars(tmp_path / "moved")["eval/accuracy"] == [(1, 0.5)]
