@@ -22,7 +22,7 @@ import sys
 import time
 from pathlib import Path
 
-from fedray.config import Config, ConfigError, load_config
+from fedray.config import Config, ConfigError, load_config, shown
 
 EXIT_CONFIG, EXIT_RUN = 2, 1
 
@@ -39,34 +39,30 @@ def _default_run_dir(config: Config) -> Path:
 
 def _resume_config(run_dir: Path, rounds: int | None) -> Config:
     """The run's config, with ``--rounds``; refused when its checkpoint cannot be resumed from, or
-    ``--rounds`` would not take the run past the checkpoint's round."""
-    from fedray.checkpoint import verify_checkpoint
+    ``--rounds`` would not take the run past the checkpoint's round (``preflight.check_resume``)."""
+    from fedray import preflight, rundir
 
+    preflight.check_folder(run_dir, f"run folder {run_dir}")
+    rundir.check_free(run_dir)
     path = run_dir / "config.yaml"
     if not path.is_file():
         raise ConfigError(f"{run_dir} is not a fedray run folder: {path} is missing")
     config = load_config(path, [f"federation.rounds={rounds}"] if rounds is not None else [])
-    saved = verify_checkpoint(run_dir, config.to_dict())
-    if rounds is not None and rounds < saved:
-        raise ConfigError(f"--rounds {rounds} is below round {saved} of the checkpoint in {run_dir}: a resume only "
-                          f"extends a run; give --rounds {saved + 1} or more")
-    if saved >= config.federation.rounds:
-        raise ConfigError(f"the run in {run_dir} is already at round {saved}: extend it with --rounds {saved + 1} "
-                          f"or more")
+    preflight.check_resume(run_dir, config, rounds_given=rounds is not None)
     return config
 
 
 def _preflight(args, config: Config) -> Path:
     """What ``check``, ``run`` and ``resume`` refuse before a run starts, each problem one
     ConfigError line (``fedray.preflight``); returns the run folder."""
-    from fedray import preflight
+    from fedray import preflight, rundir
 
     preflight.check_data(config)
     if args.command == "resume":
-        run_dir = Path(args.run_dir)
-        preflight.check_folder(run_dir, f"run folder {run_dir}")
+        run_dir = Path(args.run_dir)  # checked by ``_resume_config``
     elif getattr(args, "run_dir", None):
         run_dir = Path(args.run_dir)
+        rundir.check_free(run_dir)
         preflight.check_new_run_dir(run_dir, f"--run-dir {run_dir}")
     else:
         run_dir = _default_run_dir(config)
@@ -191,6 +187,9 @@ def _main(argv: list[str] | None = None) -> int:
     except (ConfigError, FileNotFoundError, ValueError) as err:
         print(f"fedray: error: {err}", file=sys.stderr)
         return EXIT_CONFIG
+    except OSError as err:  # a file or folder the checks read: one line, its name cut
+        print(f"fedray: error: {shown(err.filename)}: {err.strerror}", file=sys.stderr)
+        return EXIT_CONFIG
     if config.runtime.vectorize:
         _vectorize_note(config)
     if args.command == "check":
@@ -200,12 +199,15 @@ def _main(argv: list[str] | None = None) -> int:
 
     from fedray.runner import RunFailed, run_experiment
 
-    def announce():
+    def announce(folder: Path):
+        nonlocal run_dir
+        run_dir = folder
         print(f"fedray: run folder {run_dir}  (tensorboard --logdir {run_dir.parent})", file=sys.stderr)
 
     try:
         summary = run_experiment(config, run_dir, resume=args.command == "resume",
-                                 progress=not args.no_progress, method=method, announce=announce)
+                                 progress=not args.no_progress, method=method, announce=announce,
+                                 fresh=args.command == "run" and not args.run_dir)
     except ConfigError as err:  # the method, resolved in the server actor: nothing has run
         print(f"fedray: error: {err}", file=sys.stderr)
         return EXIT_CONFIG

@@ -190,8 +190,9 @@ class Federation:
         if checkpoint is not None:
             self._restore(checkpoint)
             self.writer = RunWriter(self.run_dir, purge_step=self.round + 1)
-        else:
-            self.writer = RunWriter(self.run_dir)
+        else:  # a run that stopped before its first checkpoint starts again: its events are purged
+            stale = any(self.run_dir.glob("events.out.tfevents.*"))
+            self.writer = RunWriter(self.run_dir, purge_step=0 if stale else None)
             self._log_setup()
         # where the clients run (actors per node, devices), as the run (re)started
         self.writer.log_text("runtime/executor", json.dumps(self.describe_executor()), self.round)

@@ -20,13 +20,13 @@ import socket
 from pathlib import Path
 from typing import TYPE_CHECKING, Optional
 
-from fedray.config import Config, ConfigError, RuntimeConfig
+from fedray.checkpoint import CHECKPOINT
+from fedray.config import Config, ConfigError, RuntimeConfig, _path_setting, shown
 
 if TYPE_CHECKING:
     from actors.placement import Node
 
 PROBE_SECONDS = 3.0
-RUN_FILES = ("config.yaml", "checkpoint.pkl")
 
 
 def check_data(config: Config) -> None:
@@ -92,6 +92,10 @@ def check_folder(path: Path, what: str) -> None:
     """``path`` is a folder that can be written, or can be made: its nearest existing ancestor is a
     writable folder. Nothing is created. ``what`` names the setting in the message."""
     path = Path(os.path.abspath(path))
+    try:
+        _path_setting(str(path))
+    except ValueError as err:  # "File name too long" from every call below
+        raise ConfigError(f"run folder {shown(str(path))}: {err}; name a shorter one") from None
     existing = path
     while not existing.exists() and existing != existing.parent:
         existing = existing.parent
@@ -104,10 +108,37 @@ def check_folder(path: Path, what: str) -> None:
 def check_new_run_dir(run_dir: Path, what: str) -> None:
     """``run_dir`` can be made or written, and holds no run that a new one would overwrite."""
     check_folder(run_dir, what)
-    held = [name for name in RUN_FILES if (Path(run_dir) / name).exists()]
-    if held:
-        raise ConfigError(f"{what}: {run_dir} already holds a run ({held[0]}); continue it with "
+    if (Path(run_dir) / CHECKPOINT).exists():
+        raise ConfigError(f"{what}: {run_dir} already holds a run ({CHECKPOINT}); continue it with "
                           f"`fedray resume {run_dir}` or name another folder")
+    if (Path(run_dir) / "config.yaml").exists():
+        raise ConfigError(f"{what}: {run_dir} already holds a run that stopped before its first checkpoint; "
+                          f"start it again with `fedray resume {run_dir}` or name another folder")
+
+
+def check_resume(run_dir: Path, config: Config, rounds_given: bool = False) -> Optional[int]:
+    """The round a resume of ``run_dir`` with ``config`` starts from: its checkpoint's (intact,
+    written with this config), or None for a run that stopped before its first checkpoint (it
+    starts again). Refused when ``federation.rounds`` would not take the run past the checkpoint;
+    ``rounds_given``: the count came from ``--rounds``."""
+    from fedray.checkpoint import CheckpointError, verify_checkpoint
+
+    if not (Path(run_dir) / "config.yaml").is_file():
+        raise ConfigError(f"{run_dir} is not a fedray run folder: {Path(run_dir) / 'config.yaml'} is missing")
+    if not (Path(run_dir) / CHECKPOINT).exists():
+        return None
+    try:
+        saved = verify_checkpoint(run_dir, config.to_dict())
+    except CheckpointError as err:
+        raise ConfigError(str(err)) from None
+    rounds = config.federation.rounds
+    if rounds_given and rounds < saved:
+        raise ConfigError(f"--rounds {rounds} is below round {saved} of the checkpoint in {run_dir}: a resume only "
+                          f"extends a run; give --rounds {saved + 1} or more")
+    if saved >= rounds:
+        raise ConfigError(f"the run in {run_dir} is already at round {saved}: extend it with --rounds {saved + 1} "
+                          f"or more")
+    return saved
 
 
 def check_ray(config: Config) -> None:

@@ -109,19 +109,36 @@ def local_stepper(config: Config, method: Optional[Method], run_dir: Path, resum
 
 
 def run_experiment(config: Config, run_dir: str | Path, resume: bool = False, progress: bool = True,
-                   method: Optional[Method] = None, announce: Callable[[], None] = lambda: None) -> dict[str, Any]:
+                   method: Optional[Method] = None, announce: Callable[[Path], None] = lambda run_dir: None,
+                   fresh: bool = False) -> dict[str, Any]:
     """Run (or resume) an experiment to ``federation.rounds``; return the summary of result.json.
 
     ``method`` is the resolved method; None resolves it where the round loop runs (in the
     ServerActor for the Ray backend, so the driver never imports torch). ``announce`` is called
-    once the run has started (its folder exists).
+    with the run folder once the run has started (its folder exists). The run holds its folder
+    for its whole length (``fedray.rundir``); ``fresh``: ``run_dir`` is a new run's default folder,
+    which gets a numbered suffix when another run made it first. A resume of a run that stopped
+    before its first checkpoint starts it again from round 1.
 
     Raises:
-        ConfigError: the method or its parameters are bad (found before the run folder is made).
+        ConfigError: another process holds the folder, the folder holds a run (a new run) or no
+            run to extend (a resume), or the method or its parameters are bad (found before the
+            run writes anything).
         RunFailed: with one line naming the failure, ``error.log``, the last checkpoint and the
             resume command.
     """
-    run_dir = Path(run_dir)
+    from fedray import preflight, rundir
+
+    with rundir.hold(Path(run_dir), fresh) as run_dir:
+        if resume:  # checked again now that no other process can write here
+            resume = preflight.check_resume(run_dir, config) is not None
+        else:
+            preflight.check_new_run_dir(run_dir, f"run folder {run_dir}")
+        return _run(config, run_dir, resume, progress, method, announce)
+
+
+def _run(config: Config, run_dir: Path, resume: bool, progress: bool, method: Optional[Method],
+         announce: Callable[[Path], None]) -> dict[str, Any]:
     try:
         with StopSignal() as stop:
             if config.runtime.backend == "local":
@@ -131,7 +148,7 @@ def run_experiment(config: Config, run_dir: str | Path, resume: bool = False, pr
 
                 stepper = ray_stepper(config, method, run_dir, resume)
             stop.reinstall()
-            announce()
+            announce(run_dir)
             _step_all(stepper, config, progress, stop)
             return stepper.finish()
     except Stopped as done:
@@ -139,8 +156,8 @@ def run_experiment(config: Config, run_dir: str | Path, resume: bool = False, pr
     except KeyboardInterrupt:
         raise RunFailed(resume_hint("interrupted", run_dir)) from None
     except Exception as err:  # any failure: one line here, the whole story in error.log
-        if isinstance(root_cause(err), ConfigError) and not os.path.exists(run_dir):
-            raise root_cause(err) from None
+        if isinstance(root_cause(err), ConfigError) and not os.path.exists(run_dir / "config.yaml"):
+            raise root_cause(err) from None  # found before the run wrote anything
         saved = write_error_log(run_dir, err)
         raise RunFailed(resume_hint(f"{one_line(root_cause(err))} ({saved})", run_dir)) from None
 

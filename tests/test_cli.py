@@ -138,13 +138,58 @@ def test_a_read_only_output_folder_is_refused(tmp_path, capsys):
     assert line.endswith(f"{locked} is not writable; name a folder you can write to")
 
 
-def test_run_into_a_folder_that_holds_a_run_is_refused(tmp_path, capsys):
+@pytest.mark.parametrize("files, held", [
+    (["config.yaml", CHECKPOINT], f"a run ({CHECKPOINT}); continue it with"),
+    (["config.yaml"], "a run that stopped before its first checkpoint; start it again with"),
+])
+def test_run_into_a_folder_that_holds_a_run_is_refused(tmp_path, capsys, files, held):
     old = tmp_path / "old"
     old.mkdir()
-    (old / "config.yaml").write_text(LOCAL)
+    for name in files:
+        (old / name).write_text(LOCAL)
     line = refused(tmp_path, capsys, "run", config_file(tmp_path), "--run-dir", old)
-    assert line == f"--run-dir {old}: {old} already holds a run (config.yaml); continue it with `fedray resume {old}` " \
-                   f"or name another folder"
+    assert line == f"--run-dir {old}: {old} already holds {held} `fedray resume {old}` or name another folder"
+
+
+@pytest.mark.parametrize("command", ["run", "resume"])
+def test_a_run_folder_name_too_long_for_a_file_system_is_refused(tmp_path, capsys, command):
+    long = tmp_path / ("a" * 300)
+    argv = ["run", config_file(tmp_path), "--run-dir", long] if command == "run" else ["resume", long]
+    line = refused(tmp_path, capsys, *argv)
+    assert line.startswith("run folder '/") and line.endswith(
+        f"the folder name '{'a' * 37}...{'a' * 38}' has 300 bytes; a file system takes at most 255; name a shorter one")
+    assert len(line) < 300
+
+
+def test_a_run_that_stopped_before_its_first_checkpoint_starts_again_on_resume(tmp_path, capsys, monkeypatch):
+    """Its config is in its folder, but no checkpoint: resume runs it from round 1 there, and the
+    stopped attempt's events are purged (TensorBoard shows each round once, the new values)."""
+    from fedray.algorithms import ALGORITHMS
+    from fedray.algorithms.fedavg import FedAvg
+
+    class FailsOnce(FedAvg.Client):
+        failed = False
+
+        def upload(self, task, theta, local, client):
+            if task.round == 2 and not FailsOnce.failed:
+                FailsOnce.failed = True
+                raise RuntimeError("a fault of the moment")
+            return super().upload(task, theta, local, client)
+
+    monkeypatch.setitem(ALGORITHMS, "fails_once", type("FailsOnceStrategy", (FedAvg,), {"Client": FailsOnce}))
+    text = LOCAL.replace("rounds: 1", "rounds: 3") + "checkpoint_every: 10\nalgorithm: {name: fails_once}\n"
+    run_dir, whole = tmp_path / "run", tmp_path / "whole"
+    assert main(["run", str(config_file(tmp_path, text)), "--run-dir", str(run_dir), "--no-progress"]) == 1
+    err = capsys.readouterr().err.strip().splitlines()[-1]
+    assert err.endswith(f"no checkpoint was written in {run_dir}") and not (run_dir / CHECKPOINT).exists()
+    assert [s for s, _ in read_scalars(run_dir)["eval/accuracy"]] == [1]  # the attempt logged round 1
+    assert main(["resume", str(run_dir), "--no-progress"]) == 0
+    assert main(["run", str(config_file(tmp_path, text)), "--run-dir", str(whole), "--no-progress"]) == 0
+    assert read_scalars(run_dir)["eval/accuracy"] == read_scalars(whole)["eval/accuracy"]
+    assert len(read_scalars(whole)["eval/accuracy"]) == 3
+    a, b = (read_checkpoint(d / CHECKPOINT) for d in (run_dir, whole))
+    for name, value in a["strategy"]["models"]["mlp"].items():
+        np.testing.assert_array_equal(value, b["strategy"]["models"]["mlp"][name])
 
 
 @pytest.mark.parametrize("overrides, message", [

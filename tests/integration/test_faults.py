@@ -22,7 +22,7 @@ import ray
 
 from actors.client import RayExecutor, RoundTimeout
 from fedray.checkpoint import CHECKPOINT, checkpoint_round, read_checkpoint
-from fedray.config import save_config
+from fedray.config import load_config, save_config
 from fedray.federation import Federation
 from fedray.runner import RunFailed, run_experiment
 from fedray.tracking import read_scalars
@@ -87,48 +87,40 @@ def restarted(actor, pid: int) -> int:
         time.sleep(0.1)
 
 
-@pytest.fixture(scope="module")
-def undisturbed_stc(local_ray, tmp_path_factory):
-    config = small_config(**STC, federation={"rounds": 3, "clients_per_round": 10, "architectures": {"mlp": 10}},
-                          checkpoint_every=1)
-    run_dir = tmp_path_factory.mktemp("whole")
-    return config, run_experiment(config, run_dir, progress=False), read_checkpoint(run_dir / CHECKPOINT)
-
-
-@pytest.mark.parametrize("moment", ["set-up", "idle before a round", "idle before a checkpoint", "checkpoint"])
-def test_a_client_actor_killed_at_any_moment_changes_nothing(undisturbed_stc, tmp_path, moment):
-    """An actor may die at any moment, not only while it trains: while its clients are set up;
-    while it is idle between rounds, so that Ray has restarted it, without clients, by the time it
-    is next asked, for a round's tasks or for its clients' states; or as its clients' states are
-    read for a checkpoint (as the driver's stop signal asks for one between rounds). Each time it is
-    set up again with the last checkpoint's state, and the run ends exactly where the undisturbed
-    run ends."""
+def test_a_client_actor_killed_at_any_moment_changes_nothing(local_ray, tmp_path):
+    """An actor may die at any moment, not only while it trains. One run, four actors, each killed
+    at another moment: while its clients are set up; idle between rounds, so that Ray has restarted
+    it, without clients, by the time it is next asked, for a round's tasks or for its clients'
+    states; and as its clients' states are read for a checkpoint (as the driver's stop signal asks
+    for one between rounds). Each is set up again with the last checkpoint's state, and the run ends
+    exactly where the undisturbed run ends."""
     from functools import partial
 
     from actors.pool import ClientPool
 
-    config, undisturbed, whole = undisturbed_stc
+    config = small_config(**STC, federation={"rounds": 4, "clients_per_round": 10, "architectures": {"mlp": 10}},
+                          checkpoint_every=1)
+    undisturbed = run_experiment(config, tmp_path / "whole", progress=False)
     pool = ClientPool(config, config.federation.client_archs())
-    if moment == "set-up":  # the actor's process is up, its clients not yet
-        kill_9(ray.get(pool.actors[1].pid.remote()))
-    fed = Federation(config, tmp_path, partial(RayExecutor, pool=pool))
-    for round in range(1, 4):
-        if round == 2 and moment != "set-up":
-            actor = fed.executor.actors[1]
+    assert len(pool.actors) == 4
+    kill_9(ray.get(pool.actors[0].pid.remote()))  # its process is up, its clients not yet
+    fed = Federation(config, tmp_path / "killed", partial(RayExecutor, pool=pool))
+    for round in range(1, 5):
+        if round > 1:  # round 2: idle before a round; 3: idle before a checkpoint; 4: during a checkpoint
+            actor = fed.executor.actors[round - 1]
             pid = ray.get(actor.pid.remote())
             kill_9(pid)
-            if moment.startswith("idle"):
+            if round < 4:
                 restarted(actor, pid)
-            if moment.endswith("checkpoint"):
+            if round > 2:
                 fed.save_checkpoint()
         fed.run_round()
     disturbed = fed.finish()
     assert disturbed["final"] == undisturbed["final"] and disturbed["comm"] == undisturbed["comm"]
-    killed = read_checkpoint(tmp_path / CHECKPOINT)
-    assert_same_state(whole["clients"], killed["clients"])
-    assert_same_state(whole["strategy"]["models"], killed["strategy"]["models"])
-    scalars = read_scalars(tmp_path)
-    assert scalars["runtime/actor_restarts"] == [(1 if moment == "set-up" else 2, 1.0)]
+    a, b = (read_checkpoint(tmp_path / run / CHECKPOINT) for run in ("whole", "killed"))
+    assert_same_state(a["clients"], b["clients"])
+    assert_same_state(a["strategy"]["models"], b["strategy"]["models"])
+    assert read_scalars(tmp_path / "killed")["runtime/actor_restarts"] == [(r, 1.0) for r in (1, 2, 3, 4)]
 
 
 def test_a_hung_client_actor_ends_the_round_at_its_deadline(local_ray, tmp_path):
@@ -254,6 +246,37 @@ def test_a_second_ctrl_c_stops_at_once(tmp_path):
     assert proc.returncode == 1
     assert lines[-2] == "fedray: SIGINT: stopping after this round with a checkpoint (again: stop at once)"
     assert lines[-1].startswith("fedray: error: interrupted; ")
+
+
+def test_a_run_folder_is_held_by_one_process_and_a_crashed_holder_leaves_it_free(tmp_path):
+    """A second run, or a resume, in the folder of a run that is going is refused in one line
+    (status 2) and writes nothing; once the run's process is killed (kill -9: no chance to clean up),
+    the folder is free and the run resumes from its checkpoint."""
+    config = small_config(federation={"rounds": 10_000}, checkpoint_every=1,
+                          runtime={"backend": "local", "torch_threads": 1})
+    path = tmp_path / "c.yaml"
+    save_config(config, path)
+    run_dir = tmp_path / "run"
+    first = fedray("run", str(path), "--run-dir", str(run_dir), "--no-progress", "seed=0")
+    try:
+        wait_for_round(first, run_dir)
+        written = {p.name: p.stat().st_mtime_ns for p in run_dir.iterdir() if p.name != "config.yaml"}
+        for argv in (["run", str(path), "--run-dir", str(run_dir), "seed=1"], ["resume", str(run_dir)]):
+            other = fedray(*argv, "--no-progress")
+            _, err = other.communicate(timeout=120)
+            assert other.returncode == 2 and err.count("\n") == 1, err
+            assert err.startswith(f"fedray: error: run folder {run_dir} is in use by another fedray process "
+                                  f"(pid {first.pid}: ") and err.endswith("wait for it to end, or name another folder\n")
+        assert load_config(run_dir / "config.yaml").seed == 0
+        assert not [p for p in run_dir.iterdir() if p.name not in written and p.name != "config.yaml"]
+    finally:
+        os.killpg(first.pid, signal.SIGKILL)
+        first.wait(60)
+    saved = checkpoint_round(run_dir)
+    resumed = fedray("resume", str(run_dir), "--rounds", str(saved + 1), "--no-progress")
+    out, err = resumed.communicate(timeout=300)
+    assert resumed.returncode == 0, err
+    assert checkpoint_round(run_dir) == saved + 1 and json.loads(out)["run_dir"] == str(run_dir)
 
 
 def test_a_plain_run_starts_its_own_ray_whatever_the_last_ray_on_the_machine_was(tmp_path):
