@@ -14,6 +14,7 @@ NAME-TIMESTAMP-2, -3, ...
 
 from __future__ import annotations
 
+import errno
 import fcntl
 import os
 import sys
@@ -57,6 +58,8 @@ def check_free(run_dir: Path) -> None:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             raise _in_use(run_dir, fd) from None
+        except OSError:  # a file system without locks: nothing to tell
+            pass
     finally:
         os.close(fd)
 
@@ -93,6 +96,9 @@ def hold(run_dir: Path, fresh: bool = False) -> Iterator[Path]:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             raise _in_use(run_dir, fd) from None
+        except OSError as err:  # a file system without locks (ENOLCK, EOPNOTSUPP): the run goes on unheld
+            if err.errno not in (errno.ENOLCK, errno.EOPNOTSUPP, errno.ENOSYS):
+                raise
         os.ftruncate(fd, 0)
         os.write(fd, f"{os.getpid()}: {' '.join(sys.argv)[:200]}\n".encode())
         try:
