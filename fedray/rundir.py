@@ -99,8 +99,11 @@ def hold(run_dir: Path, fresh: bool = False) -> Iterator[Path]:
         except OSError as err:  # a file system without locks (ENOLCK, EOPNOTSUPP): the run goes on unheld
             if err.errno not in (errno.ENOLCK, errno.EOPNOTSUPP, errno.ENOSYS):
                 raise
-        os.ftruncate(fd, 0)
-        os.write(fd, f"{os.getpid()}: {' '.join(sys.argv)[:200]}\n".encode())
+        try:  # who holds it, for the message of a process refused (a full disk leaves it unsaid)
+            os.ftruncate(fd, 0)
+            os.write(fd, f"{os.getpid()}: {' '.join(sys.argv)[:200]}\n".encode())
+        except OSError:
+            pass
         try:
             yield run_dir
         finally:
