@@ -11,6 +11,7 @@ from actors.client import ClientActorLost, RayExecutor
 from actors.driver import root_cause
 from fedray.checkpoint import CHECKPOINT, read_checkpoint
 from fedray.clients import LocalExecutor
+from fedray.config import ConfigError
 from fedray.federation import Federation
 from fedray.messages import ClientFailure, ClientTask, RoundPlan
 from fedray.runner import ERROR_LOG, RunFailed, run_experiment
@@ -77,10 +78,13 @@ def test_a_client_error_deep_in_a_method_reaches_error_log_through_two_actors(lo
     assert "ray::ServerActor.run_round" in log  # and the server actor's, through which it passed
 
 
-def test_runtime_errors_name_the_resume_command(local_ray, tmp_path):
+def test_actors_that_do_not_fit_the_cluster_are_refused_before_the_run_writes(local_ray, tmp_path):
+    """Found by the server actor as it plans the client actors: a ConfigError (status 2 in the CLI),
+    and the run folder holds no run (only its lock)."""
     config = small_config(runtime={"actor_cpus": 1, "clients_per_actor": 1})
-    with pytest.raises(RunFailed, match="10 client actors x 1 CPUs do not fit the cluster"):
+    with pytest.raises(ConfigError, match="^10 client actors x 1 CPUs do not fit the cluster"):
         run_experiment(config, tmp_path, progress=False)
+    assert [p.name for p in tmp_path.iterdir()] == [".lock"]
 
 
 def test_a_failing_client_reaches_the_driver_as_one_line(local_ray, tmp_path):
