@@ -17,7 +17,7 @@ from pydantic import ValidationError
 
 from fedray.algorithms import ALGORITHMS
 from fedray.algorithms.base import ClientAlgorithm, Params, ServerContext, Strategy
-from fedray.config import Config, ConfigError, format_error
+from fedray.config import Config, ConfigError, RuntimeConfig, format_error
 from fedray.data import dataset_names
 from fedray.models import model_names
 from fedray.models.registry import model_options
@@ -43,6 +43,16 @@ class Method:
     def stateful(self) -> bool:
         """Whether the clients keep state between rounds with these parameters (they stay at home)."""
         return self.client.keeps_state(self.params)
+
+    @property
+    def cohort_refusal(self) -> Optional[str]:
+        """Why the clients cannot train as one cohort (``fedray.cohort``), or None when they can."""
+        return self.client.cohort_refusal()
+
+    def vectorizes(self, runtime: RuntimeConfig) -> bool:
+        """Whether the clients train as cohorts: ``runtime.vectorize`` asks for them (for all or
+        some architectures) and the method does not refuse (:attr:`cohort_refusal`)."""
+        return bool(runtime.vectorize) and self.cohort_refusal is None
 
     def make_strategy(self, ctx: ServerContext) -> Strategy:
         """The server half for a federation."""
