@@ -1,4 +1,5 @@
-"""The Ray side of ``fedray.runner``: connect to Ray, start the ServerActor, step its rounds.
+"""The Ray backend (``runtime.backend: ray``, :data:`RAY`): connect to Ray, start the ServerActor,
+step its rounds.
 
 The driver only steps rounds (``fedray.runner`` draws the progress bar); the ServerActor does the
 work. A Ray error that comes back is unwrapped into its original exception and the remote traceback
@@ -21,12 +22,13 @@ from ray.exceptions import RayActorError, RayTaskError
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from actors.placement import alive_nodes
-from actors.pool import HOST_GROUPS
+from actors.client import HOST_GROUPS
 from actors.server import ServerActor
+from actors.preflight import check_placement, check_ray, no_cluster, probe_ray, ray_address
+from fedray.backends import Stepper
 from fedray.config import Config, RuntimeConfig
 from fedray.messages import one_line
-from fedray.preflight import check_placement, no_cluster, probe_ray, ray_address
-from fedray.runner import RemoteError, Stepper
+from fedray.runner import RemoteError
 
 if TYPE_CHECKING:
     from fedray.experiment import Method
@@ -44,7 +46,7 @@ def connect(runtime: RuntimeConfig) -> bool:
     A local Ray is started lean (``lean_head``): with the log monitor only when the actors' output
     is wanted on the console (``runtime.actor_output``), and as ``ray.init`` starts it when the
     dashboard is (``runtime.dashboard``). A cluster that does not answer within seconds is a
-    ConfigError (``fedray.preflight.probe_ray``), not minutes of ``ray.init`` retrying, and so is
+    ConfigError (``actors.preflight.probe_ray``), not minutes of ``ray.init`` retrying, and so is
     an address where something else answers.
     """
     if ray.is_initialized():
@@ -190,25 +192,36 @@ def own_session():
         yield
 
 
-def ray_stepper(config: Config, method: Optional[Method], run_dir: Path, resume: bool) -> Stepper:
-    with own_session():
-        started = connect(config.runtime)
-    try:
-        server = start_server(config, method, run_dir, resume)
-    except BaseException:
-        if started:  # the actors are ended: stop Ray before its exit hook streams their teardown
-            ray.shutdown()
-        raise
+class RayBackend:
+    """The round loop in a ServerActor, the clients on client actors (``fedray.backends.Backend``)."""
 
-    def finish() -> dict[str, Any]:
-        summary = unwrap(lambda: ray.get(server.finish.remote()))
-        if started:  # now, not at exit: Ray's exit hook first sleeps 0.5 s for log lines to print
-            ray.shutdown()
-        return summary
+    def check(self, config: Config) -> None:
+        check_ray(config)
 
-    return Stepper(lambda: unwrap(lambda: ray.get(server.current_round.remote())),
-                   lambda: unwrap(lambda: ray.get(server.run_round.remote())), finish,
-                   lambda: unwrap(lambda: ray.get(server.checkpoint.remote())))
+    def start(self, config: Config, method: Optional[Method], run_dir: Path, resume: bool) -> Stepper:
+        with own_session():
+            started = connect(config.runtime)
+        try:
+            server = start_server(config, method, run_dir, resume)
+        except BaseException:
+            if started:  # the actors are ended: stop Ray before its exit hook streams their teardown
+                ray.shutdown()
+            raise
+
+        def finish() -> dict[str, Any]:
+            summary = unwrap(lambda: ray.get(server.finish.remote()))
+            if started:  # now, not at exit: Ray's exit hook first sleeps 0.5 s for log lines to print
+                ray.shutdown()
+            return summary
+
+        def ask(call) -> Callable[[], Any]:
+            return lambda: unwrap(lambda: ray.get(call.remote()))
+
+        return Stepper(ask(server.current_round), ask(server.run_round), finish, ask(server.checkpoint),
+                       ask(server.cohort_refusal)())
+
+
+RAY = RayBackend()
 
 
 def unwrap(call: Callable[[], Any]) -> Any:
@@ -216,13 +229,14 @@ def unwrap(call: Callable[[], Any]) -> Any:
     try:
         return call()
     except RayTaskError as err:
-        raise RemoteError(root_cause(err), str(err)) from None
+        raise RemoteError(task_cause(err), str(err)) from None
     except RayActorError as err:
         raise RemoteError(ServerActorDied(f"the server actor died: {one_line(err)}"), str(err)) from None
 
 
-def root_cause(err: BaseException) -> BaseException:
-    """The original exception under Ray's task-error wrappers (a client's error passes two actors)."""
+def task_cause(err: BaseException) -> BaseException:
+    """The original exception under Ray's task-error wrappers (a client's error passes two actors);
+    ``fedray.runner.root_cause`` then looks under fedray's own wrappers."""
     while isinstance(err, RayTaskError) and getattr(err, "cause", None) is not None and err.cause is not err:
         err = err.cause
     return err

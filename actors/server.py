@@ -4,7 +4,7 @@ It is pinned to the driver's node, so event files, checkpoints and ``result.json
 folder the user named, also when the run is a ``ray job submit`` on a cluster. The round loop and
 torch are imported in ``start``, in the actor: the driver that defines the actor imports neither.
 The constructor starts the client actors, so their processes start while ``start`` works. With
-``runtime.server_hosts_clients`` the server hosts clients too (``actors.pool.HostActor``): its own
+``runtime.server_hosts_clients`` the server hosts clients too (``actors.client.HostActor``): its own
 handle is one actor of the pool, and its host methods run in their own thread while the round
 waits for them, so a 2-core machine runs one torch process less.
 """
@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any, Optional
 
 import ray
 
-from actors.pool import HostActor, release_free_memory
+from actors.client import HostActor, release_free_memory
 from fedray.config import Config
 from fedray.messages import RoundResult
 
@@ -30,10 +30,10 @@ class ServerActor(HostActor):
 
     def __init__(self, config: Config, method: Optional[Method], run_dir: str, resume: bool = False,
                  hosts_clients: bool = False):
-        """Stores its arguments and starts the client actors' processes (``actors.pool``), so they
+        """Stores its arguments and starts the client actors' processes (``actors.client``), so they
         start while ``start`` imports torch and loads the data; a pool that does not fit is
         reported by ``start``. ``hosts_clients``: this actor is one host of the pool."""
-        from actors.pool import ClientPool
+        from actors.client import ClientPool
 
         self.args = (config, method, run_dir, resume)
         self.federation: Federation | None = None
@@ -45,11 +45,13 @@ class ServerActor(HostActor):
 
     def start(self) -> int:
         """Resolve the method (when the driver did not: a bad one fails here, before the run folder
-        is made), then build the federation on the started client actors."""
+        is made), then assemble the experiment on the started client actors and build its round
+        loop; returns the round it starts from."""
         from functools import partial
 
-        from actors.client import RayExecutor
+        from actors.executor import RayExecutor
         from actors.tree import tree_actor_factory
+        from fedray.assembly import assemble
         from fedray.experiment import resolve
         from fedray.federation import Federation
 
@@ -60,14 +62,19 @@ class ServerActor(HostActor):
                 raise self.launch_error
             # torch's thread count is per thread once set: Federation sets the server's in this thread,
             # and when the server hosts clients, ClientHost sets a client actor's in the host thread
-            self.federation = Federation(config, run_dir, partial(RayExecutor, pool=self.pool), resume=resume,
-                                         tree_factory=tree_actor_factory(), method=method)
+            experiment = assemble(config, partial(RayExecutor, pool=self.pool), method=method,
+                                  tree_factory=tree_actor_factory())
+            self.federation = Federation(experiment, run_dir, resume=resume)
         except BaseException:
             if self.pool is not None:  # the run will not start: end its client actors now
                 self.pool.shutdown()
             raise
         release_free_memory()  # what loading the data and putting it in the object store left
         return self.federation.round
+
+    def cohort_refusal(self) -> Optional[str]:
+        """Why the clients do not train as cohorts under ``runtime.vectorize`` (``Method.cohort_refusal``)."""
+        return self.federation.experiment.method.cohort_refusal
 
     def current_round(self) -> int:
         return self.federation.round

@@ -22,7 +22,9 @@ import sys
 import time
 from pathlib import Path
 
+from fedray.backends import backend
 from fedray.config import Config, ConfigError, load_config, shown
+from fedray.runner import RunFailed, run_experiment, vectorize_note
 
 EXIT_CONFIG, EXIT_RUN = 2, 1
 
@@ -67,8 +69,7 @@ def _preflight(args, config: Config) -> Path:
     else:
         run_dir = _default_run_dir(config)
         preflight.check_new_run_dir(run_dir, f"bad config value output_dir = {config.output_dir!r}")
-    if config.runtime.backend == "ray":
-        preflight.check_ray(config)
+    backend(config.runtime.backend).check(config)  # Ray: the cluster answers, the actors fit
     return run_dir
 
 
@@ -158,17 +159,6 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_RUN
 
 
-def _vectorize_note(config: Config) -> None:
-    """``runtime.vectorize`` asked of a method whose clients cannot train as a cohort: say so."""
-    from fedray.algorithms import ALGORITHMS
-
-    strategy = ALGORITHMS.get(config.algorithm.name)
-    refusal = strategy and strategy.Client.cohort_refusal()
-    if refusal:
-        print(f"fedray: note: runtime.vectorize: {config.algorithm.name}'s clients train one after another: "
-              f"{refusal}", file=sys.stderr)
-
-
 def _main(argv: list[str] | None = None) -> int:
     args = _parse(argv)
     if args.command == "report":
@@ -190,14 +180,13 @@ def _main(argv: list[str] | None = None) -> int:
     except OSError as err:  # a file or folder the checks read: one line, its name cut
         print(f"fedray: error: {shown(err.filename)}: {err.strerror}", file=sys.stderr)
         return EXIT_CONFIG
-    if config.runtime.vectorize:
-        _vectorize_note(config)
     if args.command == "check":
+        note = vectorize_note(config, method.cohort_refusal)
+        if note:
+            print(f"fedray: note: {note}", file=sys.stderr)
         print(f"config ok: {config.name} ({config.algorithm.name}, {config.federation.num_clients} clients, "
               f"{config.data.dataset})")
         return 0
-
-    from fedray.runner import RunFailed, run_experiment
 
     def announce(folder: Path):
         nonlocal run_dir

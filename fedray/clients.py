@@ -12,12 +12,11 @@ that failed (with the whole traceback), and stands in for ``train`` when the cli
 
 from __future__ import annotations
 
-import os
 import time
 import traceback
 import warnings
 from contextlib import contextmanager
-from typing import Any, Callable, Iterator
+from typing import Any, Iterator
 
 import numpy as np
 import torch
@@ -28,19 +27,9 @@ from fedray.config import Config
 from fedray.data.shifts import apply_adversary, apply_group
 from fedray.experiment import Method
 from fedray.messages import ClientFailure, ClientSpec, ClientTask, ClientUpdate, one_line
-from fedray.models import create_model
+from fedray.models import model_builder
 from fedray.training import cap_gpu_memory, gpu_memory_note, resolve_device, set_torch_threads
 from fedray.weights import Weights, is_update, nbytes
-
-
-def model_builder(config: Config, input_shape: tuple[int, ...], num_classes: int) -> Callable[[str], torch.nn.Module]:
-    """``arch -> new model`` for the run's data shape, with the config's per-model options."""
-    options = config.federation.model_options
-
-    def build(arch: str) -> torch.nn.Module:
-        return create_model(arch, tuple(input_shape), num_classes, **options.get(arch, {}))
-
-    return build
 
 
 def client_major(x: np.ndarray, y: np.ndarray, specs: list[ClientSpec]
@@ -85,18 +74,23 @@ def failing_as(task: ClientTask, stage: str) -> Iterator[None]:
         raise ClientFailure(task.client_id, task.round, stage, one_line(err), traceback.format_exc()) from err
 
 
+def prepare_task(algorithm: ClientAlgorithm, task: ClientTask, downloads: tuple[Any, ...],
+                 client: VirtualClient) -> ClientUpdate:
+    """One client's part of the method's one-time preparation (``ClientAlgorithm.prepare``, e.g.
+    FedAUX's certainty scores), timed, with the upload's bytes counted."""
+    start = time.perf_counter()
+    with failing_as(task, "preparation"):
+        payload = algorithm.prepare(task, downloads, client)
+    return ClientUpdate(task.client_id, task.arch, client.num_samples, payload, nbytes(payload),
+                        {"time_s": time.perf_counter() - start})
+
+
 def run_task(algorithm: ClientAlgorithm, task: ClientTask, downloads: tuple[Any, ...],
              client: VirtualClient) -> ClientUpdate:
     """One client's round: the method's ``receive``, ``train`` (an adversary's drawn update in its
-    place) and ``upload``, timed, with the upload's bytes counted; in round 0 the method's
-    ``prepare``. A failure becomes a ``ClientFailure`` naming the client, the round, the step and the
-    whole traceback."""
+    place) and ``upload``, timed, with the upload's bytes counted. A failure becomes a
+    ``ClientFailure`` naming the client, the round, the step and the whole traceback."""
     start = time.perf_counter()
-    if task.round == 0:  # the method's one-time preparation (FedAUX: certainty scores)
-        with failing_as(task, "preparation"):
-            payload = algorithm.prepare(task, downloads, client)
-        return ClientUpdate(task.client_id, task.arch, client.num_samples, payload, nbytes(payload),
-                            {"time_s": time.perf_counter() - start})
     with failing_as(task, "download"):
         theta = algorithm.receive(task, downloads, client)
     with failing_as(task, "local training"):
@@ -145,14 +139,14 @@ class ClientHost:
         set_torch_threads(threads or config.runtime.torch_threads or max(1, int(config.runtime.actor_cpus)))
         self.device, self.gpus = resolve_device(config.runtime.device, gpus), gpus
         cap_gpu_memory(self.device, gpus)
-        build = model_builder(config, train_x.shape[1:], num_classes)
+        build = model_builder(config.federation.model_options, train_x.shape[1:], num_classes)
         aux = None if aux_x is None else torch.from_numpy(np.array(aux_x)).to(self.device)  # own, writable copy
         self.algorithm = method.make_client(config, build, self.device, aux, initial_models)
         self.config, self.num_classes = config, num_classes
         self.train_x, self.train_y, self.spans = train_x, train_y, spans
         self.specs = {spec.client_id: spec for spec in specs}
         home_ids = set(self.specs) if home is None else set(home)
-        self.vectorize = bool(config.runtime.vectorize) and method.client.cohort_refusal() is None
+        self.vectorize = method.vectorizes(config.runtime)
         self._chunks: dict[tuple[str, int], int] = {}  # clients per cohort chunk, by architecture and shard bytes
         self.clients: dict[int, VirtualClient] = {}
         for cid in sorted(home_ids):
@@ -196,23 +190,34 @@ class ClientHost:
     def run_batch(self, tasks: list[ClientTask], keys: list[str], *payloads: Any) -> list[ClientUpdate]:
         """Run several tasks in one call; ``payloads`` are the broadcast entries named by ``keys``.
         With ``runtime.vectorize`` the clients that train plainly train as cohorts (:meth:`_run_cohorts`)."""
-        downloads = dict(zip(keys, payloads))
-        args = {t.client_id: tuple(downloads[k] for k in t.payload_keys) for t in tasks}
+        args = self._downloads(tasks, keys, payloads)
         if not self.vectorize:
             return [self.run(task, *args[task.client_id]) for task in tasks]
         with self._noting_gpu_memory():
             return self._run_cohorts(tasks, args)
 
+    def prepare_batch(self, tasks: list[ClientTask], keys: list[str], *payloads: Any) -> list[ClientUpdate]:
+        """The method's one-time preparation for several clients (``prepare_task``), as ``run_batch``."""
+        args = self._downloads(tasks, keys, payloads)
+        with self._noting_gpu_memory():
+            return [prepare_task(self.algorithm, task, args[task.client_id], self._client(task)) for task in tasks]
+
+    @staticmethod
+    def _downloads(tasks: list[ClientTask], keys: list[str], payloads: tuple[Any, ...]) -> dict[int, tuple[Any, ...]]:
+        """Each task's downloads, in its ``payload_keys`` order, out of the broadcast entries ``keys``."""
+        downloads = dict(zip(keys, payloads))
+        return {t.client_id: tuple(downloads[k] for k in t.payload_keys) for t in tasks}
+
     def _run_cohorts(self, tasks: list[ClientTask], args: dict[int, tuple[Any, ...]]) -> list[ClientUpdate]:
         """Each client's ``receive``; then the clients of each architecture train together, in chunks
         (``fedray.cohort``), largest shards first, so that a chunk's clients take similar step counts;
-        then each client's ``upload``. A preparation task, an adversary or a client of an architecture
+        then each client's ``upload``. An adversary or a client of an architecture
         ``runtime.vectorize`` does not name runs alone. A client's
         ``time_s`` counts its own receive and upload and an equal share of its chunk's training."""
         updates, ready = {}, []
         for task in tasks:
             client = self._client(task)
-            if task.round == 0 or client.spec.role != "benign" or not self.config.runtime.vectorizes(task.arch):
+            if client.spec.role != "benign" or not self.config.runtime.vectorizes(task.arch):
                 updates[task.client_id] = run_task(self.algorithm, task, args[task.client_id], client)
                 continue
             start = time.perf_counter()
@@ -272,31 +277,3 @@ class ClientHost:
 
     def hosted(self) -> list[int]:
         return sorted(self.clients)
-
-
-class LocalExecutor:
-    """Runs every client in this process, one after another (``runtime.backend: local``)."""
-
-    def __init__(self, config: Config, method: Method, specs: list[ClientSpec], data,
-                 initial_models: dict[str, Weights] | None = None):
-        threads = config.runtime.torch_threads or os.cpu_count() or 1
-        x, y, spans = client_major(data.train_x, data.train_y, specs)
-        self.host = ClientHost(config, method, specs, x, y, data.num_classes, threads=threads,
-                               aux_x=data.aux_x, initial_models=initial_models, spans=spans)
-
-    def execute(self, plan) -> list[ClientUpdate]:
-        keys = sorted(plan.broadcast)
-        updates = self.host.run_batch(plan.tasks, keys, *(plan.broadcast[k] for k in keys))
-        return sorted(updates, key=lambda u: u.client_id)
-
-    def client_states(self) -> dict[int, dict[str, Any]]:
-        return self.host.client_states()
-
-    def load_client_states(self, states: dict[int, dict[str, Any]]) -> None:
-        self.host.load_client_states(states)
-
-    def describe(self) -> dict[str, Any]:
-        return {"backend": "local", "actors": 0}
-
-    def shutdown(self) -> None:
-        pass

@@ -1,9 +1,9 @@
 """Runs an experiment from the driver: step the rounds, draw the progress bar, report a failure.
 
-The round loop is a :class:`fedray.federation.Federation`. With ``runtime.backend: local`` it runs
-in this process; with ``ray``, ``actors.driver`` wraps it in a ServerActor and this module steps that
-actor with the same three calls. ``actors`` (and with it Ray) is imported only for the Ray backend,
-and torch only for the local one: a Ray driver holds no model and no data, so it stays small.
+The round loop is a :class:`fedray.federation.Federation`; the backend ``runtime.backend`` names
+(``fedray.backends``) starts it, in this process or in the Ray backend's ServerActor, and this
+module steps it with the same calls. Torch is imported only by the local backend: a Ray driver
+holds no model and no data, so it stays small.
 
 Whatever stops a run (a failing client, strategy or actor; Ctrl-C; a run folder that cannot be
 written) reaches the user as one line that names the cause, the last intact checkpoint and
@@ -22,15 +22,15 @@ import tempfile
 import threading
 import time
 import traceback
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Optional
 
 from tqdm import tqdm
 
+from fedray.backends import Stepper, backend
 from fedray.checkpoint import CheckpointError, checkpoint_round
 from fedray.config import Config, ConfigError
-from fedray.messages import RoundResult, one_line
+from fedray.messages import one_line
 
 if TYPE_CHECKING:
     from fedray.experiment import Method
@@ -52,16 +52,6 @@ class RemoteError(RuntimeError):
     def __init__(self, cause: BaseException, trace: str):
         super().__init__(str(cause))
         self.cause, self.trace = cause, trace
-
-
-@dataclass
-class Stepper:
-    """The same three calls on a local Federation or on the ServerActor."""
-
-    current_round: Callable[[], int]
-    run_round: Callable[[], RoundResult]
-    finish: Callable[[], dict[str, Any]]
-    checkpoint: Callable[[], Any]  # write the checkpoint of the round now
 
 
 class StopSignal:
@@ -100,14 +90,6 @@ class Stopped(Exception):
     """The run stopped on a signal, its checkpoint written."""
 
 
-def local_stepper(config: Config, method: Optional[Method], run_dir: Path, resume: bool) -> Stepper:
-    from fedray.clients import LocalExecutor
-    from fedray.federation import Federation
-
-    fed = Federation(config, run_dir, LocalExecutor, resume=resume, method=method)
-    return Stepper(lambda: fed.round, fed.run_round, fed.finish, fed.save_checkpoint)
-
-
 def run_experiment(config: Config, run_dir: str | Path, resume: bool = False, progress: bool = True,
                    method: Optional[Method] = None, announce: Callable[[Path], None] = lambda run_dir: None,
                    fresh: bool = False) -> dict[str, Any]:
@@ -141,14 +123,12 @@ def _run(config: Config, run_dir: Path, resume: bool, progress: bool, method: Op
          announce: Callable[[Path], None]) -> dict[str, Any]:
     try:
         with StopSignal() as stop:
-            if config.runtime.backend == "local":
-                stepper = local_stepper(config, method, run_dir, resume)
-            else:
-                from actors.driver import ray_stepper
-
-                stepper = ray_stepper(config, method, run_dir, resume)
+            stepper = backend(config.runtime.backend).start(config, method, run_dir, resume)
             stop.reinstall()
             announce(run_dir)
+            note = vectorize_note(config, stepper.cohort_refusal)
+            if note:
+                print(f"fedray: note: {note}", file=sys.stderr)
             _step_all(stepper, config, progress, stop)
             return stepper.finish()
     except Stopped as done:
@@ -160,6 +140,13 @@ def _run(config: Config, run_dir: Path, resume: bool, progress: bool, method: Op
             raise root_cause(err) from None  # found before the run wrote anything
         saved = write_error_log(run_dir, err)
         raise RunFailed(resume_hint(f"{one_line(root_cause(err))} ({saved})", run_dir)) from None
+
+
+def vectorize_note(config: Config, refusal: Optional[str]) -> Optional[str]:
+    """What to tell a user whose ``runtime.vectorize`` the method refuses (``refusal``: why)."""
+    if not config.runtime.vectorize or refusal is None:
+        return None
+    return f"runtime.vectorize: {config.algorithm.name}'s clients train one after another: {refusal}"
 
 
 def _step_all(stepper: Stepper, config: Config, progress: bool, stop: StopSignal) -> None:

@@ -30,11 +30,8 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from fedray.algorithms import ServerContext  # noqa: E402
-from fedray.clients import LocalExecutor, model_builder  # noqa: E402
+from fedray.assembly import assemble  # noqa: E402
 from fedray.config import build_config  # noqa: E402
-from fedray.experiment import resolve  # noqa: E402
-from fedray.federation import load_data, make_clients  # noqa: E402
 
 
 def config(arch: str, per_round: int, device: str, vectorize: bool, threads: int, batch: int = 32):
@@ -50,12 +47,9 @@ def cell(arch: str, per_round: int, device: str, rounds: int, threads: int, batc
     """Median seconds per round of both sides, and the largest weight difference between their
     updates: over all updates, and that of the median update."""
     configs = {v: config(arch, per_round, device, v, threads, batch) for v in (False, True)}
-    data = load_data(configs[False])
-    specs = make_clients(configs[False], data, pools_data=False)
-    method = resolve(configs[False])
-    build = model_builder(configs[False], data.input_shape, data.num_classes)
-    strategy = method.make_strategy(ServerContext(configs[False], specs, build))
-    sides = {v: LocalExecutor(configs[v], resolve(configs[v]), specs, data) for v in (False, True)}
+    experiments = {v: assemble(configs[v]) for v in (False, True)}  # the same data, split and seeds
+    strategy = experiments[False].strategy
+    sides = {v: experiment.executor for v, experiment in experiments.items()}
     times: dict[bool, list[float]] = {False: [], True: []}
     diffs: list[float] = []  # each client update's largest weight difference between the sides
     for r in range(1, rounds + 1):

@@ -21,7 +21,7 @@ from fedray.cli import _parse, main
 from fedray.checkpoint import CHECKPOINT, read_checkpoint, write_checkpoint
 from fedray.config import ConfigError, RuntimeConfig, build_config, load_config, save_config
 from fedray.data import load_dataset, train_size
-from fedray.preflight import check_placement
+from actors.preflight import check_placement
 from fedray.tracking import read_scalars
 
 ROOT = Path(__file__).resolve().parents[1]

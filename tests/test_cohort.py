@@ -29,15 +29,15 @@ import numpy as np
 import pytest
 import torch
 
-from actors.client import RayExecutor
+from actors.executor import RayExecutor
 from fedray.algorithms import ALGORITHMS
 from fedray.algorithms.base import VirtualClient
 from fedray.cli import main
-from fedray.clients import LocalExecutor
 from fedray.cohort import CHUNK_BUDGET_BYTES, CohortClient, chunk_size, chunks, memory_budget, shared_rows, train_cohort
 from fedray.config import ConfigError, TrainingConfig, build_config
 from fedray.data import load_dataset
 from fedray.experiment import resolve
+from fedray.assembly import assemble
 from fedray.federation import Federation
 from fedray.messages import ClientSpec, ClientTask
 from fedray.models import create_model
@@ -221,7 +221,7 @@ def federation(tmp_path, vectorize, chunk="auto", algorithm="fedavg"):
         "federation": {"num_clients": 10, "clients_per_round": 5, "rounds": 3, "architectures": {"mlp": 6, "cnn": 4}},
         "training": {"lr": 0.05, "momentum": 0.9, "batch_size": 16, "epochs": 1},
         "runtime": {"backend": "local", "torch_threads": 1, "vectorize": vectorize, "vectorize_chunk": chunk}})
-    fed = Federation(config, tmp_path, LocalExecutor)
+    fed = Federation(assemble(config), tmp_path)
     return fed, [fed.run_round() for _ in range(3)]
 
 
@@ -276,7 +276,7 @@ def test_chunks_of_any_size_train_the_same_models(tmp_path):
             "training": {"lr": 0.05, "momentum": 0.9, "weight_decay": 1e-4, "batch_size": 16, "epochs": 1},
             "runtime": {"backend": "local", "torch_threads": 1, "device": "cpu", "vectorize": True,
                         "vectorize_chunk": chunk}})
-        fed = Federation(config, tmp_path / str(chunk), LocalExecutor)
+        fed = Federation(assemble(config), tmp_path / str(chunk))
         fed.run_round(), fed.run_round()
         return fed.strategy.models
 
@@ -293,13 +293,13 @@ def test_a_vectorised_run_resumes_bit_for_bit(tmp_path):
     config = digits_config("stc", 4, checkpoint_every=2, runtime={"backend": "local", "torch_threads": 1, "vectorize": True})
     whole, _ = run_rounds(config, tmp_path / "a")
     part, _ = run_rounds(config, tmp_path / "b", rounds=2)
-    part.writer.close()
-    resumed = Federation(config, tmp_path / "b", LocalExecutor, resume=True)
+    part.finish()
+    resumed = Federation(assemble(config), tmp_path / "b", resume=True)
     resumed.run_round(), resumed.run_round()
     assert resumed.describe_executor()["vectorize"] == "cohorts"
     for name, value in whole.strategy.models["mlp"].items():
         np.testing.assert_array_equal(value, resumed.strategy.models["mlp"][name])
-    resumed.writer.close()
+    resumed.finish()
 
 
 def test_spread_gives_each_actor_one_batch_of_equal_load():

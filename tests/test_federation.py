@@ -8,11 +8,11 @@ from PIL import Image
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 from fedray.checkpoint import CHECKPOINT
-from fedray.clients import LocalExecutor
 from fedray.config import build_config
+from fedray.assembly import assemble
 from fedray.federation import Federation
-from fedray.data import partition_figure
-from fedray.tracking import plot_runs, read_scalars, render, target_report
+from fedray.figures import partition_figure, plot_runs, render
+from fedray.tracking import read_scalars, target_report
 
 
 def digits(algorithm, rounds, **extra):
@@ -26,7 +26,7 @@ def digits(algorithm, rounds, **extra):
 
 
 def run(config, run_dir, rounds=None):
-    fed = Federation(config, run_dir, LocalExecutor)
+    fed = Federation(assemble(config), run_dir)
     results = [fed.run_round() for _ in range(rounds or config.federation.rounds)]
     return fed, results
 
@@ -57,7 +57,7 @@ def test_fedavg_learns_digits_and_logs_every_round(tmp_path):
     # the partition heatmap, drawn in a thread at start-up: exactly the figure's pixels
     [image] = acc.Images("data/partition")
     logged = np.asarray(Image.open(io.BytesIO(image.encoded_image_string)).convert("RGB"))
-    np.testing.assert_array_equal(logged, render(partition_figure(fed.counts, fed.data.classes)))
+    np.testing.assert_array_equal(logged, render(partition_figure(fed.experiment.counts, fed.experiment.data.classes)))
     assert "config/text_summary" in acc.Tags()["tensors"]
 
 
@@ -69,8 +69,8 @@ def test_dsgd_learns(tmp_path):
 
 def test_central_baseline_uses_pooled_data(tmp_path):
     fed, results = run(digits("central", 2), tmp_path)
-    assert len(fed.clients) == 1 and fed.clients[0].num_samples == len(fed.executor.host.train_y)
-    assert fed.data.train_x is None  # the server keeps no training set once the clients hold it
+    assert len(fed.experiment.clients) == 1 and fed.experiment.clients[0].num_samples == len(fed.executor.host.train_y)
+    assert fed.experiment.data.train_x is None  # the server keeps no training set once the clients hold it
     assert results[-1].metrics["clients/participants"] == 1
     assert results[-1].metrics["eval/accuracy"] > 0.90  # measured 0.95
 
@@ -84,14 +84,14 @@ def test_fedprox_learns_synthetic_natural_split(tmp_path):
         "algorithm": {"name": "fedprox", "mu": 1.0, "weighted": True},
         "runtime": {"backend": "local", "torch_threads": 1}})
     fed, results = run(config, tmp_path)
-    majority = np.bincount(fed.data.test_y).max() / len(fed.data.test_y)
+    majority = np.bincount(fed.experiment.data.test_y).max() / len(fed.experiment.data.test_y)
     assert results[-1].metrics["eval/accuracy"] > majority + 0.15  # measured 0.67
 
 
 def test_proximal_term_keeps_clients_near_the_global_model(tmp_path):
     def drift(mu):
         config = build_config({**digits("fedprox", 1).to_dict(), "algorithm": {"name": "fedprox", "mu": mu}})
-        fed = Federation(config, tmp_path / str(mu), LocalExecutor)
+        fed = Federation(assemble(config), tmp_path / str(mu))
         start = {k: v.copy() for k, v in fed.strategy.models["mlp"].items()}
         fed.run_round()
         return sum(float(np.sum((fed.strategy.models["mlp"][k] - start[k]) ** 2)) for k in start)
@@ -115,23 +115,23 @@ def test_local_resume_matches_uninterrupted_run(tmp_path, algorithm):
     config = build_config({**config.to_dict(), "algorithm": algorithm})
     whole, _ = run(config, tmp_path / "a")
     part, _ = run(config, tmp_path / "b", rounds=2)
-    part.writer.close()
-    resumed = Federation(config, tmp_path / "b", LocalExecutor, resume=True)
+    part.finish()
+    resumed = Federation(assemble(config), tmp_path / "b", resume=True)
     assert resumed.round == 2
     resumed.run_round(), resumed.run_round()
     for name, value in whole.strategy.models["mlp"].items():
         np.testing.assert_array_equal(value, resumed.strategy.models["mlp"][name])
-    resumed.writer.close()
+    resumed.finish()
     assert read_scalars(tmp_path / "a")["eval/accuracy"] == read_scalars(tmp_path / "b")["eval/accuracy"]
 
 
 def test_resume_without_checkpoint_is_a_clear_error(tmp_path):
     with pytest.raises(FileNotFoundError, match="no checkpoint to resume from"):
-        Federation(digits("fedavg", 2), tmp_path, LocalExecutor, resume=True)
+        Federation(assemble(digits("fedavg", 2)), tmp_path, resume=True)
 
 
 def test_a_run_without_checkpoints_writes_none_and_still_reports(tmp_path):
-    fed = Federation(digits("fedavg", 2, checkpoint_every=1), tmp_path, LocalExecutor, checkpoints=False)
+    fed = Federation(assemble(digits("fedavg", 2, checkpoint_every=1)), tmp_path, checkpoints=False)
     fed.run_round(), fed.run_round()
     summary = fed.finish()
     assert not (tmp_path / CHECKPOINT).exists() and summary["rounds"] == 2

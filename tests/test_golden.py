@@ -44,7 +44,7 @@ import pytest
 import torch
 
 from fedray.algorithms import signsgd
-from fedray.clients import LocalExecutor
+from fedray.assembly import assemble
 from fedray.compression import sparse, updates
 from fedray.config import build_config
 from fedray.federation import Federation
@@ -122,7 +122,7 @@ def run(config) -> tuple[dict, dict, tuple[int, int], list[float]]:
     try:
         import tempfile
         with tempfile.TemporaryDirectory() as folder:
-            fed = Federation(config, Path(folder), LocalExecutor, checkpoints=False)
+            fed = Federation(assemble(config), Path(folder), checkpoints=False)
             initial = {arch: {k: np.array(v) for k, v in w.items()} for arch, w in fed.strategy.models.items()}
             for _ in range(config.federation.rounds):
                 metrics = fed.run_round().metrics

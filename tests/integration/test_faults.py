@@ -20,10 +20,11 @@ import psutil
 import pytest
 import ray
 
-from actors.client import RayExecutor, RoundTimeout
+from actors.executor import RayExecutor, RoundTimeout
 from fedray.checkpoint import CHECKPOINT, checkpoint_round, read_checkpoint
 from fedray.cli import main
 from fedray.config import load_config, save_config
+from fedray.assembly import assemble
 from fedray.federation import Federation
 from fedray.runner import RunFailed, run_experiment
 from fedray.tracking import read_scalars
@@ -77,18 +78,18 @@ def test_a_client_actor_killed_at_any_moment_changes_nothing(local_ray, tmp_path
     again: the run ends exactly where the undisturbed run ends."""
     from functools import partial
 
-    from actors.pool import ClientPool
+    from actors.client import ClientPool
 
     config = small_config(**STC, federation={"rounds": 3, "clients_per_round": 10, "architectures": {"mlp": 10}},
                           checkpoint_every=1)
-    whole = Federation(config, tmp_path / "whole", RayExecutor)
+    whole = Federation(assemble(config, RayExecutor), tmp_path / "whole")
     while not whole.done:
         whole.run_round()
     undisturbed = whole.finish()
     pool = ClientPool(config, config.federation.client_archs())
     assert len(pool.actors) == 4  # every actor has clients in every round: a kill before one costs tasks
     kill_9(ray.get(pool.actors[0].pid.remote()))  # its process is up, its clients not yet
-    fed = Federation(config, tmp_path / "killed", partial(RayExecutor, pool=pool))
+    fed = Federation(assemble(config, partial(RayExecutor, pool=pool)), tmp_path / "killed")
     for round in range(1, 4):
         if round > 1:  # round 2: actors 0 and 1 before the round; 3: actors 2 and 3 before a checkpoint
             idle, busy = fed.executor.actors[2 * round - 4], fed.executor.actors[2 * round - 3]
@@ -111,7 +112,7 @@ def test_a_client_actor_killed_at_any_moment_changes_nothing(local_ray, tmp_path
 
 
 def test_a_hung_client_actor_ends_the_round_at_its_deadline(local_ray, tmp_path):
-    fed = Federation(small_config(runtime={"round_timeout_s": 3}, federation={"architectures": {"mlp": 10}}), tmp_path, RayExecutor)
+    fed = Federation(assemble(small_config(runtime={"round_timeout_s": 3}, federation={"architectures": {"mlp": 10}}), RayExecutor), tmp_path)
     fed.run_round()
     pid = ray.get(fed.executor.actors[1].pid.remote())
     os.kill(pid, signal.SIGSTOP)  # alive but silent

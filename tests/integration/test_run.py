@@ -7,11 +7,11 @@ import numpy as np
 import pytest
 import ray
 
-from actors.client import ClientActorLost, RayExecutor
-from actors.driver import root_cause
+from actors.executor import ClientActorLost, RayExecutor
+from actors.driver import task_cause
 from fedray.checkpoint import CHECKPOINT, read_checkpoint
-from fedray.clients import LocalExecutor
 from fedray.config import ConfigError
+from fedray.assembly import assemble
 from fedray.federation import Federation
 from fedray.messages import ClientFailure, ClientTask, RoundPlan
 from fedray.runner import ERROR_LOG, RunFailed, run_experiment
@@ -59,7 +59,7 @@ def test_every_dead_client_actor_is_named_at_once(local_ray, tmp_path):
     """Actors killed for good (``ray.kill`` forbids Ray's restart) cannot come back: the run stops,
     all actors are pinged together and both dead actors' clients are named in the one message."""
     config = small_config(runtime={"actor_cpus": 0.5, "clients_per_actor": 3}, federation={"clients_per_round": 10})
-    fed = Federation(config, tmp_path, RayExecutor)
+    fed = Federation(assemble(config, RayExecutor), tmp_path)
     ray.kill(fed.executor.actors[0]), ray.kill(fed.executor.actors[2])
     with pytest.raises(ClientActorLost, match=r"hosting clients \[0, 4, 8, 2, 6\]\) died during round 1"):
         fed.run_round()
@@ -88,11 +88,11 @@ def test_actors_that_do_not_fit_the_cluster_are_refused_before_the_run_writes(lo
 
 
 def test_a_failing_client_reaches_the_driver_as_one_line(local_ray, tmp_path):
-    fed = Federation(small_config(), tmp_path, RayExecutor)
+    fed = Federation(assemble(small_config(), RayExecutor), tmp_path)
     bad = RoundPlan([ClientTask(3, 1, "mlp", ("model/mlp",), 0)], {"model/mlp": fed.strategy.models["lenet5"]})
     with pytest.raises(ClientFailure) as info:
         fed.executor.execute(bad)
-    cause = root_cause(info.value)
+    cause = task_cause(info.value)
     assert type(cause) is ClientFailure and cause.client_id == 3 and cause.stage == "local training"
     assert str(cause).startswith("client 3 failed in round 1 during local training: RuntimeError")
     fed.executor.shutdown()
@@ -139,7 +139,7 @@ def test_vectorised_cohorts_on_actors_match_the_sequential_run(local_ray, tmp_pa
     assert summary["executor"]["vectorize"] == "cohorts"
     sequential = small_config(runtime={"backend": "local"})
     run_experiment(sequential, tmp_path / "seq", progress=False)
-    initial = Federation(sequential, tmp_path / "init", LocalExecutor, checkpoints=False).strategy.models
+    initial = Federation(assemble(sequential), tmp_path / "init", checkpoints=False).strategy.models
     models = [read_checkpoint(tmp_path / run / CHECKPOINT)["strategy"]["models"] for run in ("vec", "seq")]
     for arch, weights in models[1].items():
         names = sorted(weights)

@@ -1,0 +1,328 @@
+"""RayExecutor: runs each round's tasks on the client actors (``actors.client``)."""
+
+from __future__ import annotations
+
+import math
+import time
+from typing import Any, Callable
+
+import ray
+from ray.exceptions import ActorUnavailableError, GetTimeoutError, RayActorError, RayError, RayTaskError
+
+from actors.placement import alive_nodes, assign_clients
+from actors.client import ClientPool, HostNotSetUp, stop
+from fedray.clients import client_major
+from fedray.config import Config
+from fedray.executor import Executor
+from fedray.experiment import Method
+from fedray.messages import ClientSpec, ClientTask, ClientUpdate, RoundPlan
+from fedray.runner import ANSI
+
+
+RESTART_TIMEOUT_S = 120.0  # how long a restarted client actor may take to come back up
+
+
+class ClientActorLost(RuntimeError):
+    """A client actor died (process crash, node loss, out of memory) and could not be restarted."""
+
+
+class RoundTimeout(RuntimeError):
+    """A round's client tasks did not all answer within ``runtime.round_timeout_s``."""
+
+
+class RayExecutor(Executor):
+    """Starts the client actors and runs each round's tasks on them.
+
+    The actors are planned from the nodes' resources (``actors.placement``): spread over the
+    nodes, each pinned to its node, as many per node as its CPUs (and GPU shares) hold; the
+    ServerActor may be one of them (``runtime.server_hosts_clients``). The
+    training set is put in the object store once, client after client, and every actor reads its
+    clients' shards from it as zero-copy slices. Each client has a home actor (round-robin) that
+    keeps its shard and persistent state. Each round, every broadcast payload is put once (one per
+    architecture), and tasks go to the actors in batches, several per call, so that a round of many
+    small tasks is not a round of many round trips:
+
+    - a stateful method's tasks, or all tasks when the user fixed ``clients_per_actor``, run on
+      their clients' home actors, one batch per actor;
+    - otherwise (``auto`` and a stateless method) the tasks, longest first, go out in batches that
+      shrink as the round empties (``_balanced``), and every actor that may run them (per
+      architecture with per-architecture GPU shares) keeps two batches queued, so it starts the next
+      batch, its payloads already fetched, the moment it ends one.
+    """
+
+    QUEUED = 2
+
+    def __init__(self, config: Config, method: Method, specs: list[ClientSpec], data,
+                 initial_models: dict[str, Any] | None = None, pool: ClientPool | None = None):
+        pool = pool or ClientPool(config, [spec.arch for spec in specs])
+        self.nodes, self.slots, self.actors = pool.nodes, pool.slots, pool.actors
+        groups = assign_clients(specs, self.slots)
+        for slot, actor in [(s, a) for s, a, g in zip(self.slots, self.actors, groups) if not g]:
+            if not slot.server:
+                ray.kill(actor)  # planned from the config's clients, left without one (a pooled baseline)
+        self.slots, self.actors = [s for s, g in zip(self.slots, groups) if g], [a for a, g in zip(self.actors, groups) if g]
+        x, y, spans = client_major(data.train_x, data.train_y, specs)
+        x_ref, y_ref, specs_ref, spans_ref = ray.put(x), ray.put(y), ray.put(specs), ray.put(spans)
+        del x, y  # the object store holds them now
+        aux_ref, initial_ref = ray.put(data.aux_x), ray.put(initial_models)
+        self.groups = assign_clients(specs, self.slots)
+        # what each actor's ``setup`` got: a restarted actor gets it again (the object refs keep the
+        # training set in the object store for that)
+        self.setup_args = [((config, method, specs_ref, x_ref, y_ref, data.num_classes, slot.gpus,
+                             [c.client_id for c in group]),
+                            {"aux_x": aux_ref, "initial_models": initial_ref, "spans": spans_ref})
+                           for slot, group in zip(self.slots, self.groups)]
+        self.max_restarts, self.timeout = config.runtime.actor_restarts, config.runtime.round_timeout_s
+        self.restarts = [0] * len(self.actors)  # restarts of each actor so far
+        self.saved: list = []  # object refs of the client states of the last checkpoint (or resume)
+        self.faults: list[str] = []  # the actors restarted since ``take_faults`` last asked
+        self.retried = 0  # and the tasks that ran again
+        self.placements, _ = self._on_each(lambda i: self._setup(i), "start-up")
+        self.owner = {spec.client_id: i for i, group in enumerate(self.groups) for spec in group}
+        self.sizes = {spec.client_id: spec.num_samples for spec in specs}
+        # an explicit clients_per_actor is a layout the user asked for: keep every client at home
+        self.pinned = method.stateful or config.runtime.clients_per_actor != "auto"
+        # actors that train their tasks as cohorts get them all at once (a cohort per call, not a task)
+        self.together = method.vectorizes(config.runtime)
+
+    def prepare(self, plan: RoundPlan) -> list[ClientUpdate]:
+        return self._run(plan, "prepare_batch")
+
+    def execute(self, plan: RoundPlan) -> list[ClientUpdate]:
+        return self._run(plan, "run_batch")
+
+    def _run(self, plan: RoundPlan, call: str) -> list[ClientUpdate]:
+        """The plan's tasks on the actors, through their ``call`` (``run_batch``, ``prepare_batch``);
+        the updates in client order. An actor that dies meanwhile is set up again and given its
+        lost tasks again (``_survive``)."""
+        refs = {key: ray.put(payload) for key, payload in plan.broadcast.items()}
+        stage = "the preparation" if call == "prepare_batch" else f"round {plan.tasks[0].round if plan.tasks else 0}"
+        deadline = time.monotonic() + self.timeout if self.timeout else None
+        running: dict[Any, tuple[int, list[ClientTask], int]] = {}
+
+        def submit(i: int, tasks: list[ClientTask]) -> None:
+            keys = sorted({k for t in tasks for k in t.payload_keys})
+            batch = getattr(self.actors[i], call).remote(tasks, keys, *(refs[k] for k in keys))
+            running[batch] = (i, tasks, self.restarts[i])
+
+        if self.pinned or self.together:  # one batch per actor: its clients', or an equal share
+            for i, tasks in (self._homes(plan.tasks) if self.pinned else self._spread(plan.tasks)).items():
+                submit(i, tasks)
+            refill: Callable[[int], None] = lambda i: None  # noqa: E731
+        else:
+            refill = self._balanced(plan.tasks, submit)
+        results = []
+        while running:
+            left = None if deadline is None else max(0.0, deadline - time.monotonic())
+            ready, _ = ray.wait(list(running), num_returns=1, timeout=left)
+            if not ready:
+                raise RoundTimeout(self._timeout_message(stage, running.values()))
+            i, tasks, incarnation = running.pop(ready[0])
+            try:
+                results.append(ray.get(ready[0]))
+            except RayError as err:
+                self._survive(i, incarnation, err, stage)
+                self.retried += len(tasks)
+                submit(i, tasks)  # the lost tasks run again on the restarted actor
+                continue
+            refill(i)
+        return sorted((u for part in results for u in part), key=lambda u: u.client_id)
+
+    def _homes(self, tasks: list[ClientTask]) -> dict[int, list[ClientTask]]:
+        batches: dict[int, list[ClientTask]] = {}
+        for task in tasks:
+            batches.setdefault(self.owner[task.client_id], []).append(task)
+        return batches
+
+    def _spread(self, tasks: list[ClientTask]) -> dict[int, list[ClientTask]]:
+        """The round's tasks in one batch per actor, for actors that train their batch as cohorts
+        (``runtime.vectorize``): longest first, each to the actor of its kind with the fewest samples
+        so far (ties: the first), so that the actors finish together and the split is the same in
+        every run with the same actors."""
+        batches: dict[int, list[ClientTask]] = {}
+        load = [0] * len(self.actors)
+        for task in sorted(tasks, key=lambda t: (-self.sizes[t.client_id], t.client_id)):
+            kind = self._kind(task)
+            i = min((j for j, slot in enumerate(self.slots) if kind is None or slot.arch == kind), key=lambda j: load[j])
+            load[i] += self.sizes[task.client_id]
+            batches.setdefault(i, []).append(task)
+        return batches
+
+    def _balanced(self, tasks: list[ClientTask], submit) -> Callable[[int], None]:
+        """Submit the first batches and return ``refill(i)``, which gives actor ``i`` its next batch.
+
+        Longest first, each actor kept ``QUEUED`` batches deep until no task is left. A batch takes
+        1 / (QUEUED x actors) of the tasks left (guided self-scheduling): large batches while much
+        is left, single tasks at the end, so the actors finish together."""
+        todo: dict[Any, list[ClientTask]] = {}
+        for task in sorted(tasks, key=lambda t: -self.sizes[t.client_id]):
+            todo.setdefault(self._kind(task), []).append(task)
+        takers = {kind: [i for i, slot in enumerate(self.slots) if slot.arch == kind] for kind in todo}
+
+        def refill(i: int) -> None:
+            kind = self.slots[i].arch if self.slots[0].arch is not None else None
+            left = todo.get(kind)
+            if left:
+                size = max(1, math.ceil(len(left) / (self.QUEUED * len(takers[kind]))))
+                todo[kind] = left[size:]
+                submit(i, left[:size])
+
+        for _ in range(self.QUEUED):
+            for actors in takers.values():
+                for i in actors:
+                    refill(i)
+        return refill
+
+    def _setup(self, i: int):
+        """Actor ``i``'s ``setup`` call (its clients, built from the same arguments every time)."""
+        args, kwargs = self.setup_args[i]
+        return self.actors[i].setup.remote(*args, **kwargs)
+
+    def _on_each(self, call: Callable[[int], Any], stage: str) -> tuple[list, list]:
+        """``call(i)``, a remote call on actor ``i``, for every actor; their results and the object
+        refs that gave them, in actor order. An actor that died (at any moment since it was last
+        asked: while idle, or during the call) is set up again and asked again (``_survive``)."""
+        pending = {call(i): (i, self.restarts[i]) for i in range(len(self.actors))}
+        results, refs = [None] * len(self.actors), [None] * len(self.actors)
+        while pending:
+            ready, _ = ray.wait(list(pending), num_returns=1)
+            i, incarnation = pending.pop(ready[0])
+            try:
+                results[i], refs[i] = ray.get(ready[0]), ready[0]
+            except RayError as err:
+                self._survive(i, incarnation, err, stage)
+                pending[call(i)] = (i, self.restarts[i])
+        return results, refs
+
+    def _survive(self, i: int, incarnation: int, err: RayError, stage: str) -> None:
+        """A call on actor ``i`` (made while it was in its ``incarnation``-th life) failed with
+        ``err``; return when the call can be made again. A task that failed raises its error; an
+        actor that died, or that Ray restarted before it was asked (``HostNotSetUp``), is set up
+        again once (``_recover``), when this is the first of its lost calls to come back; an actor
+        that cannot come back (its node left: unschedulable) is ClientActorLost."""
+        if isinstance(err, RayTaskError) and not isinstance(err, HostNotSetUp):
+            raise err  # a task that failed, not an actor that died
+        if not isinstance(err, (RayActorError, HostNotSetUp)):  # e.g. unschedulable: its node left
+            raise self._lost_error(err, stage) from None
+        if incarnation == self.restarts[i]:
+            self._recover(i, err, stage)
+
+    def _recover(self, i: int, err: RayError, stage: str) -> None:
+        """Client actor ``i`` died: once Ray has restarted it, set its clients up again with their
+        state from the last checkpoint; again if it dies while coming back. ClientActorLost when it
+        cannot come back (its node left, its restarts are spent, it does not start again)."""
+        deadline = time.monotonic() + RESTART_TIMEOUT_S
+        while True:
+            alive = {n.node_id for n in alive_nodes(ray.nodes())}
+            if self.slots[i].server or self.restarts[i] >= self.max_restarts or self.slots[i].node_id not in alive:
+                raise self._lost_error(err, stage)
+            self.restarts[i] += 1
+            try:
+                self._set_up_again(i, deadline)
+                break
+            except (RayActorError, HostNotSetUp) as again:  # died again while coming back
+                err = again
+            except RayTaskError:
+                raise  # its clients cannot be built: not a fault of the actor
+            except (RayError, GetTimeoutError):  # pinned to a node that left (unschedulable), or never back
+                raise self._lost_error(err, stage) from None
+        state = "their state of the last checkpoint" if self.saved else "their initial state (no checkpoint yet)"
+        how = (f"had died before {stage} (Ray had restarted it without its clients)" if isinstance(err, HostNotSetUp)
+               else f"died during {stage} ({ANSI.sub('', str(err).splitlines()[0])[:160]})")
+        self.faults.append(f"client actor {i} (clients {_short([c.client_id for c in self.groups[i]])}) {how}; it was "
+                           f"restarted ({self.restarts[i]} of runtime.actor_restarts = {self.max_restarts}), its "
+                           f"clients got {state}, and what it had lost ran again")
+
+    def _set_up_again(self, i: int, deadline: float) -> None:
+        """Actor ``i``'s clients built again and given the states of the last checkpoint, asking
+        until Ray has restarted it (or ``deadline``: GetTimeoutError)."""
+        while True:
+            left = max(0.0, deadline - time.monotonic())
+            try:
+                ray.get(self._setup(i), timeout=left)
+                ray.get([self.actors[i].load_client_states.remote(part) for part in self.saved], timeout=left)
+                return
+            except ActorUnavailableError:  # still restarting: ask again
+                if time.monotonic() > deadline:
+                    raise GetTimeoutError(f"not back within {RESTART_TIMEOUT_S:g} s") from None
+                time.sleep(0.1)
+
+    def take_faults(self) -> tuple[list[str], int]:
+        """What the executor survived since the last call: a line per restarted actor, and how many
+        tasks ran again (the round logs them)."""
+        faults, retried, self.faults, self.retried = self.faults, self.retried, [], 0
+        return faults, retried
+
+    def _timeout_message(self, stage: str, running) -> str:
+        waiting = sorted({t.client_id for _, tasks, _ in running for t in tasks})
+        return (f"{stage} did not finish within runtime.round_timeout_s = {self.timeout:g} s: "
+                f"the client actors running clients {_short(waiting)} did not answer")
+
+    def _kind(self, task: ClientTask) -> Any:
+        """Which actors may run a task: those of its architecture with per-architecture GPU shares."""
+        return task.arch if self.slots[0].arch is not None else None
+
+    def client_states(self) -> dict[int, dict[str, Any]]:
+        """Every client's state, for the checkpoint; kept (in the object store) for restarted actors."""
+        parts, refs = self._on_each(lambda i: self.actors[i].client_states.remote(), "checkpoint")
+        states: dict[int, dict[str, Any]] = {}
+        for part in parts:
+            states.update(part)
+        self.saved = refs
+        return states
+
+    def load_client_states(self, states: dict[int, dict[str, Any]]) -> None:
+        self.saved = [ray.put(states)]
+        self._on_each(lambda i: self.actors[i].load_client_states.remote(self.saved[0]), "resume")
+
+    def node_ids(self) -> list[str]:
+        return self._on_each(lambda i: self.actors[i].node_id.remote(), "placement check")[0]
+
+    def describe(self) -> dict[str, Any]:
+        per_node = {}
+        for slot in self.slots:
+            per_node[self._node_name(slot.node_id)] = per_node.get(self._node_name(slot.node_id), 0) + 1
+        devices = {}
+        for where in self.placements:
+            devices[where["device"]] = devices.get(where["device"], 0) + 1
+        return {"backend": "ray", "actors": len(self.actors), "actors_per_node": per_node, "devices": devices,
+                "clients_per_actor": [len(g) for g in self.groups],
+                "server_hosts_clients": any(slot.server for slot in self.slots)}
+
+    def shutdown(self) -> None:
+        stop(self.slots, self.actors)
+
+    def _lost_error(self, err: Exception, stage: str) -> ClientActorLost:
+        """Which client actors are gone (each pinged), their clients and nodes, in one line."""
+        lost = self._lost()
+        ids = [c.client_id for i in lost for c in self.groups[i]]
+        alive = {n.node_id for n in alive_nodes(ray.nodes())}
+        gone = sorted({self._node_name(self.slots[i].node_id) for i in lost if self.slots[i].node_id not in alive})
+        where = f" (node {', '.join(gone)} left the cluster)" if gone else ""
+        spent = any(self.restarts[i] >= self.max_restarts for i in lost)
+        again = f", its restarts spent (runtime.actor_restarts = {self.max_restarts})" if spent and not gone else ""
+        return ClientActorLost(f"a client actor (hosting clients {_short(ids)}) died during {stage}{where}{again}: "
+                               f"{str(err).splitlines()[0]}")
+
+    def _node_name(self, node_id: str) -> str:
+        """``address/id-prefix``: the address for people, the id for nodes sharing an address."""
+        return f"{self.nodes[node_id].address}/{node_id[:8]}"
+
+    def _lost(self, timeout: float = 10.0) -> list[int]:
+        """The index of every actor that does not answer a ping; all actors are pinged at once (the
+        server, which asks, is alive)."""
+        pings = [a.pid.remote() for s, a in zip(self.slots, self.actors) if not s.server]
+        ready, _ = ray.wait(pings, num_returns=len(pings), timeout=timeout)
+        answered = set()
+        for ref in ready:
+            try:
+                ray.get(ref)
+                answered.add(ref)
+            except Exception:  # the actor is dead: its ping fails
+                pass
+        clients = [i for i, s in enumerate(self.slots) if not s.server]
+        return [i for i, ping in zip(clients, pings) if ping not in answered]
+
+
+def _short(ids: list[int]) -> str:
+    return str(ids) if len(ids) <= 8 else f"[{', '.join(map(str, ids[:8]))}, ... ({len(ids)} in all)]"

@@ -1,0 +1,98 @@
+"""The executor: how the round loop reaches the clients, and the in-process one.
+
+The loop (``fedray.federation.Federation``) hands the executor a :class:`fedray.messages.RoundPlan`
+and gets one :class:`fedray.messages.ClientUpdate` per task back; it never knows where the clients
+run. Two implementations: :class:`LocalExecutor` here (every client in this process) and
+``actors.executor.RayExecutor`` (the clients on Ray actors), which only moves the same messages.
+"""
+
+from __future__ import annotations
+
+import os
+from abc import ABC, abstractmethod
+from typing import TYPE_CHECKING, Any, Callable
+
+from fedray.clients import ClientHost, client_major
+from fedray.config import Config
+from fedray.messages import ClientSpec, ClientUpdate, RoundPlan
+from fedray.weights import Weights
+
+if TYPE_CHECKING:
+    from fedray.data import DatasetBundle
+    from fedray.experiment import Method
+
+
+class Executor(ABC):
+    """Everything the round loop and the backends ask of the clients' side."""
+
+    @abstractmethod
+    def prepare(self, plan: RoundPlan) -> list[ClientUpdate]:
+        """Run the method's one-time preparation (``Strategy.prepare``'s plan) on the clients
+        (``ClientAlgorithm.prepare``); the uploads in client order."""
+
+    @abstractmethod
+    def execute(self, plan: RoundPlan) -> list[ClientUpdate]:
+        """Run a round's tasks (``ClientAlgorithm``'s receive, train, upload); the updates in client order."""
+
+    @abstractmethod
+    def client_states(self) -> dict[int, dict[str, Any]]:
+        """Every client's persistent state, for a checkpoint."""
+
+    @abstractmethod
+    def load_client_states(self, states: dict[int, dict[str, Any]]) -> None:
+        """Give the clients the states of a checkpoint (a resume)."""
+
+    def take_faults(self) -> tuple[list[str], int]:
+        """What was survived since the last call: a line per fault (a restarted client actor) and
+        how many tasks ran again. Nothing, for an executor that cannot lose a host."""
+        return [], 0
+
+    def node_ids(self) -> list[str]:
+        """The node each host runs on (placement checks); none in-process."""
+        return []
+
+    @abstractmethod
+    def describe(self) -> dict[str, Any]:
+        """Where the clients run (backend, actors per node, devices), for the run's record."""
+
+    def shutdown(self) -> None:
+        """End the hosts (called once, when the run finishes)."""
+
+
+ExecutorFactory = Callable[["Config", "Method", list[ClientSpec], "DatasetBundle", dict[str, Weights]], Executor]
+
+
+class LocalExecutor(Executor):
+    """Runs every client in this process, one after another (``runtime.backend: local``)."""
+
+    def __init__(self, config: Config, method: Method, specs: list[ClientSpec], data: DatasetBundle,
+                 initial_models: dict[str, Weights] | None = None):
+        threads = config.runtime.torch_threads or os.cpu_count() or 1
+        x, y, spans = client_major(data.train_x, data.train_y, specs)
+        self.host = ClientHost(config, method, specs, x, y, data.num_classes, threads=threads,
+                               aux_x=data.aux_x, initial_models=initial_models, spans=spans)
+
+    def prepare(self, plan: RoundPlan) -> list[ClientUpdate]:
+        return self._sorted(self.host.prepare_batch(plan.tasks, *self._broadcast(plan)))
+
+    def execute(self, plan: RoundPlan) -> list[ClientUpdate]:
+        return self._sorted(self.host.run_batch(plan.tasks, *self._broadcast(plan)))
+
+    @staticmethod
+    def _broadcast(plan: RoundPlan) -> tuple[Any, ...]:
+        """The broadcast keys, sorted, then their payloads: ``ClientHost.run_batch``'s arguments."""
+        keys = sorted(plan.broadcast)
+        return keys, *(plan.broadcast[k] for k in keys)
+
+    @staticmethod
+    def _sorted(updates: list[ClientUpdate]) -> list[ClientUpdate]:
+        return sorted(updates, key=lambda u: u.client_id)
+
+    def client_states(self) -> dict[int, dict[str, Any]]:
+        return self.host.client_states()
+
+    def load_client_states(self, states: dict[int, dict[str, Any]]) -> None:
+        self.host.load_client_states(states)
+
+    def describe(self) -> dict[str, Any]:
+        return {"backend": "local", "actors": 0}
