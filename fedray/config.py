@@ -236,59 +236,47 @@ class FederationConfig(_Section):
 
 
 class RuntimeConfig(_Section):
-    """Where and how the Ray actors run.
+    """Where and how the clients and the server run; each key's meaning is its ``description``
+    (``docs/runtime.md`` and ``docs/cluster.md`` tell the story)."""
 
-    ``backend``: ``ray`` (client actors) or ``local`` (every client in the driver process, for
-    debugging and Ray-free tests).
-    ``address``: None starts a local Ray capped at ``num_cpus``/``num_gpus``; ``"auto"`` or a
-    ``ray://``/``host:port`` address joins an existing cluster (``RAY_ADDRESS`` is honoured too).
-    ``clients_per_actor``: 1 is one actor per client; ``"auto"`` sizes the pool to the cluster
-    (one actor per ``actor_cpus`` CPUs, and per ``actor_gpus`` GPU share when GPUs are used).
-    ``actor_gpus``/``server_gpus``: the GPU share of each client actor and of the server actor.
-    A share both places the actor (Ray's ``num_gpus``) and caps its CUDA memory to that fraction of
-    the device, so an oversized model fails its own actor. ``actor_gpus`` may name a share per
-    architecture (``{resnet8: 0.5, mlp: 0.1}``); each actor then hosts one architecture.
-    ``dashboard``: start Ray's dashboard with a local Ray (about 150 MB more; off by default).
-    ``actor_output``: a local Ray copies the actors' stdout and stderr to the console (Ray's log
-    monitor, about 50 MB; off by default: they stay in the session's log files under /tmp/ray).
-    ``server_hosts_clients``: the server actor also hosts clients, in place of one client actor on
-    its node (one torch process less: about 330 MB and 3 s of start-up on 2 cores). The server
-    then asks for ``max(server_cpus, actor_cpus)`` CPUs. ``auto``: when no GPU share is asked for
-    and the driver's node has those CPUs.
-    ``actor_restarts``: how often Ray restarts a client actor that dies (crash, ``kill -9``, out of
-    memory); the restarted actor gets its clients back with their state from the last checkpoint,
-    and the round's lost tasks run again on it. ``round_timeout_s``: a round whose client tasks
-    have not all answered after this many seconds stops the run (None: no deadline).
-    ``vectorize``: an actor trains the clients of one architecture it runs in a round together, as
-    one batched computation (``fedray.cohort``): same batches, optimiser states and step counts as
-    one after another, equal up to float rounding. ``true``: every architecture; a list: those
-    architectures (on a CPU, convolutional nets and the LSTM train slower as cohorts: README,
-    Performance). For the methods whose clients train plainly (FedAvg, FedProx, STC, FD, FedDF,
-    FedBE, CFL, FedAUX, ...); the others say so and train one after another. ``vectorize_chunk``:
-    clients per batched computation; ``auto``: as many as a fixed budget holds (1 GiB on a CPU, half
-    the actor's share of a GPU's total memory: ``fedray.cohort.memory_budget``). Never the memory
-    free at the moment: the chunks change the float rounding (a CNN's convolutions add in another
-    order for larger chunks), and results must not depend on what else runs on the machine.
-    """
-
-    backend: Literal["ray", "local"] = "ray"
-    address: Optional[str] = None
-    num_cpus: Optional[int] = Field(None, ge=1)
-    num_gpus: Optional[float] = Field(None, ge=0)
-    clients_per_actor: Union[Literal["auto"], int] = "auto"
-    actor_cpus: float = Field(1.0, gt=0)
-    actor_gpus: Union[float, dict[str, float]] = 0.0
-    server_cpus: float = Field(0.0, ge=0)
-    server_gpus: float = Field(0.0, ge=0, le=1)
-    torch_threads: Optional[int] = Field(None, ge=1)
-    device: Literal["auto", "cpu", "cuda"] = "auto"
-    dashboard: bool = False
-    actor_output: bool = False
-    server_hosts_clients: Union[Literal["auto"], bool] = "auto"
-    actor_restarts: int = Field(3, ge=0)
-    round_timeout_s: Optional[float] = Field(None, gt=0)
-    vectorize: Union[bool, list[str]] = False
-    vectorize_chunk: Union[Literal["auto"], int] = "auto"
+    backend: Literal["ray", "local"] = Field(
+        "ray", description="ray: client actors and a server actor; local: every client in this process (debugging)")
+    address: Optional[str] = Field(
+        None, description="None: start a local Ray of the run's own; 'auto', host:port or ray://...: join that "
+                          "cluster (RAY_ADDRESS is honoured too)")
+    num_cpus: Optional[int] = Field(None, ge=1, description="CPUs of a local Ray (default: the machine's)")
+    num_gpus: Optional[float] = Field(None, ge=0, description="GPUs of a local Ray (default: the machine's)")
+    clients_per_actor: Union[Literal["auto"], int] = Field(
+        "auto", description="1: one actor per client; auto: one actor per actor_cpus CPUs (and actor_gpus share)")
+    actor_cpus: float = Field(1.0, gt=0, description="CPUs of each client actor")
+    actor_gpus: Union[float, dict[str, float]] = Field(
+        0.0, description="GPU share of each client actor, or one per architecture ({resnet8: 0.5, mlp: 0.1}: each "
+                         "actor then hosts one architecture); it places the actor and caps its CUDA memory")
+    server_cpus: float = Field(0.0, ge=0, description="CPUs of the server actor")
+    server_gpus: float = Field(0.0, ge=0, le=1, description="GPU share of the server actor, placed and capped alike")
+    torch_threads: Optional[int] = Field(None, ge=1, description="torch threads per process (default: its CPUs)")
+    device: Literal["auto", "cpu", "cuda"] = Field("auto", description="auto: CUDA where the process has a GPU share")
+    dashboard: bool = Field(False, description="start Ray's dashboard with a local Ray (about 150 MB more)")
+    actor_output: bool = Field(
+        False, description="copy the actors' stdout and stderr to the console (Ray's log monitor, about 50 MB); "
+                           "else they stay in the session's log files under /tmp/ray")
+    server_hosts_clients: Union[Literal["auto"], bool] = Field(
+        "auto", description="the server actor also hosts clients, in place of one client actor (one torch process "
+                            "less); it then asks for max(server_cpus, actor_cpus) CPUs. auto: when no GPU share is "
+                            "asked for and the driver's node has those CPUs")
+    actor_restarts: int = Field(
+        3, ge=0, description="how often a client actor that dies is restarted; it gets its clients back with "
+                             "their state of the last checkpoint, and its lost tasks run again")
+    round_timeout_s: Optional[float] = Field(
+        None, gt=0, description="stop the run when a round's tasks have not all answered after this many seconds")
+    vectorize: Union[bool, list[str]] = Field(
+        False, description="train the clients of one architecture on an actor together, as one batched "
+                           "computation (fedray.cohort): true for every architecture, or a list of them; methods "
+                           "whose clients do not train plainly say so and train one after another")
+    vectorize_chunk: Union[Literal["auto"], int] = Field(
+        "auto", description="clients per batched computation; auto: as many as a fixed budget holds (1 GiB on a "
+                            "CPU, half the actor's share of a GPU), never the memory free at the moment, so "
+                            "results do not depend on the machine's state")
 
     @field_validator("clients_per_actor", "vectorize_chunk")
     @classmethod
