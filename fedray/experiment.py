@@ -17,6 +17,7 @@ from pydantic import ValidationError
 
 from fedray.algorithms import ALGORITHMS
 from fedray.algorithms.base import ClientAlgorithm, Params, ServerContext, Strategy
+from fedray.algorithms.head_sharing import HeadSharingParams
 from fedray.config import Config, ConfigError, RuntimeConfig, format_error
 from fedray.data import dataset_names
 from fedray.models import model_names
@@ -73,14 +74,15 @@ def resolve(config: Config) -> Method:
     if name not in ALGORITHMS:
         raise ConfigError(f"bad config value algorithm.name = {name!r}: valid algorithms are {', '.join(sorted(ALGORITHMS))}")
     strategy = ALGORITHMS[name]
+    values = config.algorithm.model_dump(exclude={"name"})
+    if "share" in values and not issubclass(strategy.Params, HeadSharingParams):  # a method takes share: head by its Params
+        sharing = sorted(n for n, s in ALGORITHMS.items() if issubclass(s.Params, HeadSharingParams))
+        raise ConfigError(f"bad config value algorithm.share: {name} needs whole models; share: head is for {', '.join(sharing)}")
     try:
-        params = strategy.Params(**config.algorithm.model_dump(exclude={"name"}))
+        params = strategy.Params(**values)
     except ValidationError as err:
         raise ConfigError(format_error(err, prefix="algorithm.")) from None
-    if getattr(params, "share", "all") != "all" and not strategy.head_sharing:
-        raise ConfigError(f"bad config value algorithm.share: {name} needs whole models; share: head is for "
-                          + ", ".join(sorted(n for n, s in ALGORITHMS.items() if s.head_sharing)))
-    problem = strategy.config_problem(config)
+    problem = strategy.config_problem(config, params)
     if problem:
         raise ConfigError(problem)
     _check_names(config)

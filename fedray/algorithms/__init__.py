@@ -1,6 +1,9 @@
-"""Method registry: ``algorithm.name`` in a config -> its Strategy class (one file per method).
+"""The built-in methods: ``ALGORITHMS`` maps each ``algorithm.name`` to its Strategy class.
 
-``fedray.experiment.resolve`` looks names up here; nothing else does.
+One file per method; ``base``, ``helpers`` and ``head_sharing`` are the pieces methods build on, no
+method of their own. A config's name becomes a method in ``fedray.experiment.resolve``, and the
+resolved ``Method`` (its classes and validated parameters) is what a run carries to its server and
+client actors: they do not look names up again.
 """
 
 from __future__ import annotations

@@ -1,6 +1,12 @@
 """The interface every method implements: a server half (Strategy) and a client half (ClientAlgorithm).
 
-The round loop (``fedray.federation.Federation``) is written once and never changes for a new method:
+The round loop (``fedray.federation.Federation``) is written once and never changes for a new method;
+it reaches the clients through an executor (``fedray.executor``), which runs the client half on the
+host of each client. A method may have a one-time preparation, run before round one and not a round
+of its own: ``Strategy.prepare`` returns a plan (FedAUX: every client, with what it needs to fit its
+scorer), the executor runs it in a call of its own with each client's ``ClientAlgorithm.prepare``
+(the tasks say round 0, for their seeds), and ``Strategy.prepared`` takes the answers; a resumed
+run does not prepare again, what it yielded is in the checkpoint. Then each round:
 
 1. ``Strategy.configure_round`` returns a :class:`RoundPlan`: the tasks of the sampled clients and the
    payloads broadcast to them (one entry per architecture, put in the object store once each).
@@ -15,7 +21,8 @@ The round loop (``fedray.federation.Federation``) is written once and never chan
 4. ``Strategy.models_to_evaluate`` names the models the loop evaluates on the test set.
 
 Methods override these hooks; shared server-side pieces (grouping by architecture, |D_i| weights,
-the seeded initial model, the catch-up cache) are in :mod:`fedray.algorithms.helpers`.
+the seeded initial model, the catch-up cache) are in :mod:`fedray.algorithms.helpers`, and sharing
+only the heads (``share: head``) in :mod:`fedray.algorithms.head_sharing`.
 """
 
 from __future__ import annotations
@@ -34,30 +41,7 @@ from fedray.config import Config
 from fedray.messages import ClientSpec, ClientTask, ClientUpdate, RoundPlan
 from fedray.cohort import CohortClient, StackedLoss, train_cohort
 from fedray.training import ExtraLoss, local_train
-from fedray.weights import SIMULATION, Weights, get_weights, set_weights
-
-
-HEAD_PREFIX = "classifier."  # theta^p: the last, linear layer of every FedModel
-
-
-def split_head(weights: Weights) -> tuple[Weights, Weights]:
-    """(head, body): the predictor's entries and the feature extractor's."""
-    head = {k: v for k, v in weights.items() if k.startswith(HEAD_PREFIX)}
-    return head, {k: v for k, v in weights.items() if not k.startswith(HEAD_PREFIX)}
-
-
-@dataclass
-class HeadUpload:
-    """With ``share: head`` (FedGen's Table 4) the head travels; the feature extractor stays on the
-    client and rides along only so that the server can score the client's model (not counted)."""
-
-    head: Weights
-    body: Weights = field(metadata=SIMULATION)
-
-
-def shared(payload: Any) -> Weights:
-    """The shared weights of an upload: all of them, or the head of a :class:`HeadUpload`."""
-    return payload.head if isinstance(payload, HeadUpload) else payload
+from fedray.weights import Weights, get_weights, set_weights
 
 
 class Params(BaseModel):
@@ -191,35 +175,21 @@ class ClientAlgorithm:
         return {}
 
     def prepare(self, task: ClientTask, downloads: tuple[Any, ...], client: VirtualClient) -> Any:
-        """The method's one-time step before round one (round-0 tasks of ``Strategy.prepare``), e.g.
-        FedAUX's certainty scores; returns the upload. Methods without a preparation have none."""
-        raise TypeError(f"{type(self).__name__} has no preparation step, but got a round-0 task")
+        """The client's part of the method's one-time preparation (a task of ``Strategy.prepare``'s
+        plan), e.g. FedAUX's certainty scorer; returns the upload. Methods without a preparation have none."""
+        raise TypeError(f"{type(self).__name__} has no preparation step, but got a preparation task")
 
     # -- the three steps of a round, in the order the host calls them ------------------------------
     def receive(self, task: ClientTask, downloads: tuple[Any, ...], client: VirtualClient) -> Weights:
         """theta_i, the model the client starts from, out of this round's downloads (in
-        ``task.payload_keys`` order). Default: the one broadcast model (:meth:`own_model`)."""
-        return self.own_model(task, downloads[0], client)
+        ``task.payload_keys`` order). Default: the one broadcast model."""
+        return downloads[0]
 
     @classmethod
     def keeps_state(cls, params: Params) -> bool:
-        """Whether clients keep state between rounds: ``stateful``, or only the head is shared."""
-        return cls.stateful or getattr(params, "share", "all") == "head"
-
-    def own_model(self, task: ClientTask, theta: Weights, client: VirtualClient) -> Weights:
-        """theta_i from the broadcast theta: all of it, or with ``share: head`` the broadcast head on
-        this client's own feature extractor (the initial one before its first round)."""
-        if getattr(self.params, "share", "all") != "head":
-            return theta
-        return {**(client.state.get("body") or split_head(self.initial(task.arch))[1]), **theta}
-
-    def share_weights(self, weights: Weights, client: VirtualClient) -> Any:
-        """What of theta_i travels: all of it, or with ``share: head`` the head (the body is kept)."""
-        if getattr(self.params, "share", "all") != "head":
-            return weights
-        head, body = split_head(weights)
-        client.state["body"] = body
-        return HeadUpload(head, body)
+        """Whether clients keep state between rounds with ``params``: ``stateful`` unless a subclass
+        says more (``share: head``, :class:`fedray.algorithms.head_sharing.HeadSharingClient`)."""
+        return cls.stateful
 
     def train(self, task: ClientTask, theta: Weights, client: VirtualClient) -> LocalUpdate:
         """SGD_E(theta, D_i) with the task's seeds (batch order, dropout) and ``extra_loss``."""
@@ -259,9 +229,8 @@ class ClientAlgorithm:
         return [Trained(weights, metrics) for weights, metrics in out]
 
     def upload(self, task: ClientTask, theta: Weights, local: LocalUpdate, client: VirtualClient) -> Any:
-        """What the client sends back (its ``bytes_up`` are counted by the host). Default: theta_i
-        (:meth:`share_weights`)."""
-        return self.share_weights(local.weights, client)
+        """What the client sends back (its ``bytes_up`` are counted by the host). Default: theta_i."""
+        return local.weights
 
 
 class Strategy(ABC):
@@ -270,8 +239,7 @@ class Strategy(ABC):
     Subclasses set ``name``, ``Params`` and ``Client`` and override hooks. ``pools_data`` makes the
     loop give each architecture one client holding the pooled training data (central baseline).
     ``config_problem`` says what a config lacks for the method (``resolve`` reports it).
-    ``state_attrs`` names the attributes a checkpoint holds. ``head_sharing``: the method shares
-    only the heads when its params say ``share: head`` (FedGen's Table 4).
+    ``state_attrs`` names the attributes a checkpoint holds.
     """
 
     name: ClassVar[str]
@@ -279,7 +247,6 @@ class Strategy(ABC):
     Client: ClassVar[type[ClientAlgorithm]] = ClientAlgorithm
     pools_data: ClassVar[bool] = False
     state_attrs: ClassVar[tuple[str, ...]] = ("models",)
-    head_sharing: ClassVar[bool] = False  # whether its ``share: head`` may be set (``resolve`` checks)
 
     def __init__(self, params: Params, ctx: ServerContext):
         self.params = params
@@ -288,8 +255,9 @@ class Strategy(ABC):
         self.models: dict[str, Weights] = {arch: ctx.initial(arch) for arch in ctx.architectures}
 
     @classmethod
-    def config_problem(cls, config: Config) -> Optional[str]:
-        """What ``config`` lacks for this method, as one line naming the key to set; None if nothing."""
+    def config_problem(cls, config: Config, params: Params) -> Optional[str]:
+        """What ``config`` lacks for this method with its validated ``params``, as one line naming
+        the key to set; None if nothing."""
         return None
 
     # -- hooks -----------------------------------------------------------------------------------
@@ -311,8 +279,9 @@ class Strategy(ABC):
         return RoundPlan(tasks=tasks, broadcast=broadcast)
 
     def prepare(self) -> Optional[RoundPlan]:
-        """Tasks of round 0, the method's one-time preparation before round one (``ClientAlgorithm.prepare``),
-        or None (default). Run once per run, not again on resume: what it yields is checkpointed."""
+        """The plan of the method's one-time preparation before round one, which the executor runs
+        with the clients' ``ClientAlgorithm.prepare`` (its tasks say round 0, for their seeds), or
+        None (default). Run once per run, not again on resume: what it yields is checkpointed."""
         return None
 
     def prepared(self, updates: list[ClientUpdate]) -> dict[str, float]:

@@ -7,10 +7,10 @@ as the federated runs; the round count, logging and checkpoints are shared with 
 
 from __future__ import annotations
 
-from fedray.algorithms.fedavg import FedAvg
+from fedray.algorithms.fedavg import AveragingParams, FedAvg
 
 
 class Central(FedAvg):
     name = "central"
+    Params = AveragingParams  # one pooled model: no ``share``, nothing to keep at home
     pools_data = True
-    head_sharing = False  # one pooled model, nothing to keep at home

@@ -107,13 +107,12 @@ class CFL(Strategy):
     Client = CFLClient
 
     @classmethod
-    def config_problem(cls, config: Config) -> Optional[str]:
+    def config_problem(cls, config: Config, params: CFLParams) -> Optional[str]:
         fed = config.federation
         if len(fed.architectures) != 1:
             return (f"bad config value federation.architectures: cfl compares updates of one architecture; "
                     f"got {', '.join(fed.architectures)}")
-        schedule = (config.algorithm.model_extra or {}).get("schedule", "parallel")
-        if schedule == "parallel" and fed.clients_per_round != fed.num_clients:
+        if params.schedule == "parallel" and fed.clients_per_round != fed.num_clients:
             return (f"bad config value federation.clients_per_round = {fed.clients_per_round}: cfl trains every "
                     f"client each round (Alg. 12): set it to num_clients = {fed.num_clients}")
         return None

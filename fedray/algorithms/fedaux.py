@@ -32,7 +32,7 @@ import torch
 from pydantic import Field
 
 from fedray.algorithms.base import ServerContext, VirtualClient, task_seed
-from fedray.algorithms.feddf import FedDF, FedDFClient, FedDFParams
+from fedray.algorithms.feddf import FedDF, FedDFClient, FusionParams
 from fedray.config import Config
 from fedray.distill import predict_features
 from fedray.messages import ClientTask, ClientUpdate, RoundPlan
@@ -42,7 +42,7 @@ from fedray.weights import Weights, set_weights
 ScorerName = Literal["logistic", "kde", "isolation_forest", "one_class_svm", "svm_rbf", "random", "equal"]
 
 
-class FedAUXParams(FedDFParams):
+class FedAUXParams(FusionParams):  # no ``share``: the scores weigh whole models
     scorer: ScorerName = "logistic"
     lam: float = Field(0.1, gt=0)  # lambda of J (eq. 7.7); the paper's default
     eps: float = Field(0.1, gt=0)  # (eps, delta) of the released w_i* (eq. 7.10)
@@ -70,14 +70,13 @@ class FedAUXClient(FedDFClient):
 
 class FedAUX(FedDF):
     name = "fedaux"
-    head_sharing = False  # share: head is FedDF's alone
     Params = FedAUXParams
     Client = FedAUXClient
     state_attrs = ("models", "scores", "test_scores")
 
     @classmethod
-    def config_problem(cls, config: Config) -> Optional[str]:
-        problem = super().config_problem(config)
+    def config_problem(cls, config: Config, params: FedAUXParams) -> Optional[str]:
+        problem = super().config_problem(config, params)
         if problem is None and not config.aux.negatives:
             return ("bad config value aux.negatives = 0: fedaux scores each client against a negative set; "
                     "set aux.negatives (FedAUX: 0.2)")
@@ -168,7 +167,7 @@ class FedAUX(FedDF):
     def top_scored_figure(self, per_client: int = 8):
         """The auxiliary inputs each of a few clients scores highest (FedAUX's empirical-privacy
         figure), beside what the client really holds (a diagnostic the server could not draw)."""
-        from fedray.repro import figure
+        from fedray.figures import figure
 
         shown = sorted(self.scores)[: self.params.show_clients]
         fig, axes = figure(len(shown), per_client, figsize=(1.2 * per_client, 1.4 * len(shown)), squeeze=False)

@@ -18,14 +18,14 @@ from __future__ import annotations
 import numpy as np
 from pydantic import Field
 
-from fedray.algorithms.feddf import FedDF, FedDFParams
+from fedray.algorithms.feddf import FedDF, FusionParams
 from fedray.algorithms.helpers import sample_weights
 from fedray.distill.ensemble import EnsembleMode
 from fedray.messages import ClientUpdate
 from fedray.weights import Weights
 
 
-class FedBEParams(FedDFParams):
+class FedBEParams(FusionParams):  # no ``share``: the samples are of whole models
     ensemble: EnsembleMode = "mean_probs"
     samples: int = Field(10, ge=0)
     include_mean: bool = True
@@ -33,7 +33,6 @@ class FedBEParams(FedDFParams):
 
 class FedBE(FedDF):
     name = "fedbe"
-    head_sharing = False  # share: head is FedDF's alone
     Params = FedBEParams
 
     def extra_teachers(self, round: int, groups: dict[str, list[ClientUpdate]]) -> list[tuple[str, Weights]]:

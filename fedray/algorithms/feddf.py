@@ -16,37 +16,44 @@ set with its weights (``FedDFClient.upload``), and ``comm/soft_label_bytes_up`` 
 ``comm/bytes_up``). Architectures without a participant this round are distilled from their
 previous model.
 
-``share: head`` is FedGen's FedDFusion of Table 4: users upload whole models and the server
-averages and distils them as above, but broadcasts only the heads; each user keeps its own feature
-extractor, and the score is the round's users' extractors under the new heads (as FedAvg's).
+``share: head`` is FedGen's FedDFusion of Table 4 (:mod:`fedray.algorithms.head_sharing`): users
+upload whole models and the server averages and distils them as above, but broadcasts only the
+heads; each user keeps its own feature extractor, and the score is the round's users' extractors
+under the new heads (as FedAvg's). FedBE and FedAUX build on FedDF with whole models (their
+parameters derive from :class:`FusionParams`, which has no ``share``).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any, Callable, Literal, Optional
+from dataclasses import dataclass, replace
+from typing import Optional
 
 import numpy as np
 import torch
 from pydantic import Field
 
-from fedray.algorithms.base import ClientAlgorithm, Params, ServerContext, Trained, VirtualClient, split_head
-from fedray.algorithms.fedavg import heads_only, score_bodies
+from fedray.algorithms.base import Params, Trained, VirtualClient
+from fedray.algorithms.head_sharing import HeadSharingClient, HeadSharingParams, HeadSharingStrategy
 from fedray.algorithms.helpers import group_by_arch, mean_client_loss, sample_weights
 from fedray.distill import DistillParams, aggregate_teachers, ensemble_accuracy, predict_logits
 from fedray.distill.ensemble import EnsembleMode
 from fedray.distill.strategy import DistillationStrategy
-from fedray.messages import ClientTask, ClientUpdate, RoundPlan
+from fedray.messages import ClientTask, ClientUpdate
 from fedray.weights import Weights, set_weights, weighted_mean
 
 
-class FedDFParams(Params):
+class FusionParams(Params):
+    """FedDF's ensemble distillation, which FedBE and FedAUX share."""
+
     weighted: bool = True  # |D_i| weights of the per-architecture average (Alg. 15)
     ensemble: EnsembleMode = "mean_logits"  # eq. 7.2
     distill: DistillParams = Field(default_factory=DistillParams)
     log_before: bool = True  # test accuracy of each architecture's model before distillation
     log_ensemble: bool = True  # test accuracy of the teacher ensemble (server evaluates the uploads)
-    share: Literal["all", "head"] = "all"  # head: broadcast only the heads (FedGen's Table 4 FedDFusion)
+
+
+class FedDFParams(FusionParams, HeadSharingParams):
+    """FedDF's: the fusion's and ``share`` (head: FedGen's Table 4 FedDFusion)."""
 
 
 @dataclass(frozen=True)
@@ -57,36 +64,21 @@ class WeightsAndLogits:
     logits: np.ndarray
 
 
-class FedDFClient(ClientAlgorithm):
+class FedDFClient(HeadSharingClient):
     """theta_i <- train(theta, D_i); uploads theta_i and its logits on the distillation set."""
 
     def upload(self, task: ClientTask, theta: Weights, local: Trained, client: VirtualClient) -> WeightsAndLogits:
         model = self.model(task.arch)
         set_weights(model, local.weights)
-        if self.params.share == "head":  # the whole model travels up; the feature extractor stays too
-            client.state["body"] = split_head(local.weights)[1]
+        self.keep_body(local.weights, client)  # share: head: the whole model travels, and the body stays too
         return WeightsAndLogits(local.weights, predict_logits(model, self.aux_x).cpu().numpy())
 
 
-class FedDF(DistillationStrategy):
+class FedDF(HeadSharingStrategy, DistillationStrategy):
     name = "feddf"
     Params = FedDFParams
     Client = FedDFClient
     state_attrs = ("models", "bodies")
-    head_sharing = True  # FedBE and FedAUX say no
-
-    def __init__(self, params: FedDFParams, ctx: ServerContext):
-        super().__init__(params, ctx)
-        self.bodies: list[tuple[int, str, Weights]] = []  # share: head: the round's users' feature extractors
-
-    def configure_round(self, round: int) -> RoundPlan:
-        plan = super().configure_round(round)
-        return plan if self.params.share == "all" else heads_only(plan)
-
-    def evaluate(self, evaluate_model: Callable[..., dict[str, Any]]) -> dict[str, float]:
-        if self.params.share == "all" or not self.bodies:
-            return super().evaluate(evaluate_model)
-        return score_bodies(evaluate_model, self.models, self.bodies, self.ctx.label_counts)
 
     def extra_teachers(self, round: int, groups: dict[str, list[ClientUpdate]]) -> list[tuple[str, Weights]]:
         """Teachers besides the clients, evaluated on the server (none for FedDF; FedBE's samples)."""
@@ -121,8 +113,7 @@ class FedDF(DistillationStrategy):
                                                             self.params.distill, round)
             metrics[f"distill/loss/{arch}"] = stats["loss"]
             metrics[f"distill/accuracy_after/{arch}"] = self.test_accuracy(arch, self.models[arch])
-        if self.params.share == "head":
-            self.bodies = [(u.client_id, u.arch, split_head(u.payload.weights)[1]) for u in updates]
+        self.keep_bodies([replace(u, payload=u.payload.weights) for u in updates])
         return metrics
 
     def ensemble_metrics(self, ordered: list[ClientUpdate], extra: list[tuple[str, Weights]]) -> dict[str, float]:

@@ -27,8 +27,9 @@ import torch
 import torch.nn.functional as F
 from pydantic import Field
 
-from fedray.algorithms.base import ClientAlgorithm, ServerContext, Trained, VirtualClient
-from fedray.algorithms.fedavg import FedAvg, FedAvgParams, score_own_models
+from fedray.algorithms.base import ServerContext, Trained, VirtualClient
+from fedray.algorithms.fedavg import FedAvg, FedAvgParams
+from fedray.algorithms.head_sharing import HeadSharingClient, score_own_models
 from fedray.algorithms.helpers import mean_client_loss
 from fedray.config import Config
 from fedray.messages import ClientTask, ClientUpdate, RoundPlan
@@ -69,7 +70,7 @@ def logit_table(logits: np.ndarray, counts: np.ndarray) -> tuple[np.ndarray, np.
     return table.astype(np.float32), users > 0
 
 
-class FedDistillClient(ClientAlgorithm):
+class FedDistillClient(HeadSharingClient):
     stateful = True  # FedDistill's users keep their own models
 
     def __init__(self, *args: Any, **kwargs: Any):
@@ -122,9 +123,8 @@ class FedDistill(FedAvg):
     state_attrs = ("models", "bodies", "table", "scored")
 
     @classmethod
-    def config_problem(cls, config: Config) -> Optional[str]:
-        extra = config.algorithm.model_extra or {}
-        if extra.get("share", "all") != "all" and not extra.get("share_models", False):
+    def config_problem(cls, config: Config, params: FedDistillParams) -> Optional[str]:
+        if params.share == "head" and not params.share_models:
             return ("bad config value algorithm.share: FedDistill shares no model, so no head; "
                     "share: head needs share_models: true (FedDistill+)")
         return None

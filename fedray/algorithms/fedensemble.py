@@ -12,7 +12,7 @@ import numpy as np
 import torch
 
 from fedray.algorithms.base import ServerContext
-from fedray.algorithms.fedavg import FedAvg, FedAvgParams
+from fedray.algorithms.fedavg import AveragingParams, FedAvg
 from fedray.distill.ensemble import predict_logits
 from fedray.messages import ClientUpdate
 from fedray.weights import Weights, set_weights
@@ -20,11 +20,10 @@ from fedray.weights import Weights, set_weights
 
 class FedEnsemble(FedAvg):
     name = "fedensemble"
-    head_sharing = False  # scores or shares whole models
-    Params = FedAvgParams
+    Params = AveragingParams  # no ``share``: it scores whole models
     state_attrs = ("models", "latest")
 
-    def __init__(self, params: FedAvgParams, ctx: ServerContext):
+    def __init__(self, params: AveragingParams, ctx: ServerContext):
         super().__init__(params, ctx)
         if ctx.test_x is None:
             raise ValueError("fedensemble scores its ensemble on the test set, but the server has none")

@@ -32,15 +32,16 @@ import torch
 import torch.nn.functional as F
 from pydantic import Field
 
-from fedray.algorithms.base import ClientAlgorithm, ServerContext, Trained, VirtualClient, shared, task_seed
+from fedray.algorithms.base import ServerContext, Trained, VirtualClient, task_seed
 from fedray.algorithms.fedavg import FedAvg, FedAvgParams
+from fedray.algorithms.head_sharing import HEAD_PREFIX, HeadSharingClient, shared
 from fedray.config import ConfigError
 from fedray.distill.generator import Generator, draw_labels, draw_noise, train_generator
 from fedray.messages import ClientTask, ClientUpdate, RoundPlan
 from fedray.training import ExtraLoss, Step, batch_indices, num_local_steps
 from fedray.weights import Weights, get_weights, set_weights
 
-HEAD = ("classifier.weight", "classifier.bias")  # theta^p: the last, linear layer of every FedModel
+HEAD = (HEAD_PREFIX + "weight", HEAD_PREFIX + "bias")  # theta^p: the last, linear layer of every FedModel
 
 
 class FedGenParams(FedAvgParams):
@@ -84,7 +85,7 @@ def seen_labels(y: torch.Tensor, num_classes: int, batch_size: int, steps: int, 
     return counts.numpy()
 
 
-class FedGenClient(ClientAlgorithm):
+class FedGenClient(HeadSharingClient):
     def __init__(self, *args: Any, **kwargs: Any):
         super().__init__(*args, **kwargs)
         self._gen: Optional[Generator] = None

@@ -29,8 +29,8 @@ from typing import Any, Literal, Optional
 import torch
 from pydantic import Field
 
-from fedray.algorithms.base import ClientAlgorithm
 from fedray.algorithms.fedavg import FedAvg, FedAvgParams
+from fedray.algorithms.head_sharing import HeadSharingClient
 from fedray.messages import ClientTask, ClientUpdate
 from fedray.training import ExtraLoss, Step
 
@@ -66,7 +66,7 @@ class FedMMDParams(FedAvgParams):
     kernel: Literal["multi", "adaptive"] = "multi"
 
 
-class FedMMDClient(ClientAlgorithm):
+class FedMMDClient(HeadSharingClient):
     def __init__(self, *args: Any, **kwargs: Any):
         super().__init__(*args, **kwargs)
         self._frozen: dict[str, torch.nn.Module] = {}  # the global stream, one per architecture

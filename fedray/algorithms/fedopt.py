@@ -26,13 +26,13 @@ import numpy as np
 from pydantic import Field
 
 from fedray.algorithms.base import ServerContext
-from fedray.algorithms.fedavg import FedAvg, FedAvgParams
+from fedray.algorithms.fedavg import AveragingParams, FedAvg
 from fedray.algorithms.helpers import group_by_arch, mean_client_loss, sample_weights
 from fedray.messages import ClientUpdate
 from fedray.weights import Weights, weighted_mean
 
 
-class FedOptParams(FedAvgParams):
+class FedOptParams(AveragingParams):  # no ``share``: the server step moves whole models
     optimizer: Literal["momentum", "adagrad", "yogi", "adam"] = "adam"
     server_lr: float = Field(0.01, gt=0)  # eta; Reddi et al. tune it per task on a log grid
     beta1: float = Field(0.9, ge=0, lt=1)
@@ -44,7 +44,6 @@ class FedOpt(FedAvg):
     name = "fedopt"
     Params = FedOptParams
     state_attrs = ("models", "moments")
-    head_sharing = False  # the server step moves whole models
 
     def __init__(self, params: FedOptParams, ctx: ServerContext):
         super().__init__(params, ctx)

@@ -15,8 +15,8 @@ from typing import Optional
 import torch
 from pydantic import Field
 
-from fedray.algorithms.base import ClientAlgorithm
 from fedray.algorithms.fedavg import FedAvg, FedAvgParams
+from fedray.algorithms.head_sharing import HeadSharingClient
 from fedray.cohort import StackedLoss
 from fedray.messages import ClientTask
 from fedray.training import ExtraLoss
@@ -26,7 +26,7 @@ class FedProxParams(FedAvgParams):
     mu: float = Field(0.01, ge=0)
 
 
-class FedProxClient(ClientAlgorithm):
+class FedProxClient(HeadSharingClient):
     def extra_loss(self, model: torch.nn.Module, task: ClientTask) -> Optional[ExtraLoss]:
         if self.params.mu == 0:
             return None

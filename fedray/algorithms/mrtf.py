@@ -78,9 +78,9 @@ class MrTF(DistillationStrategy):
     state_attrs = ("models", "refined", "losses", "previous_targets")
 
     @classmethod
-    def config_problem(cls, config: Config) -> Optional[str]:
-        if config.algorithm.model_dump().get("inputs", "test") == "aux":
-            return super().config_problem(config)  # the aux: inputs must exist
+    def config_problem(cls, config: Config, params: MrTFParams) -> Optional[str]:
+        if params.inputs == "aux":
+            return super().config_problem(config, params)  # the aux: inputs must exist
         return None  # distils on the test inputs, not on auxiliary data
 
     def __init__(self, params: MrTFParams, ctx: ServerContext):

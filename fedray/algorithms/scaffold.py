@@ -107,16 +107,15 @@ class Scaffold(Strategy):
     state_attrs = ("models", "controls")
 
     @classmethod
-    def config_problem(cls, config: Config) -> Optional[str]:
+    def config_problem(cls, config: Config, params: ScaffoldParams) -> Optional[str]:
         """Option II reads the control variate off the model's change as if the K steps were plain SGD
         of size eta_l; with momentum or Adam the change is larger, c_i too large, and training diverges
         (to chance accuracy in 20 rounds with momentum 0.9 on Fashion-MNIST)."""
         t = config.training
-        control = (config.algorithm.model_extra or {}).get("control", "II")
-        if control == "II" and t.optimizer != "sgd":
+        if params.control == "II" and t.optimizer != "sgd":
             return (f"bad config value training.optimizer = {t.optimizer!r}: scaffold's control variates (option II) "
                     "assume plain local SGD; set training.optimizer=sgd, or algorithm.control=I")
-        if control == "II" and t.momentum > 0:
+        if params.control == "II" and t.momentum > 0:
             return (f"bad config value training.momentum = {t.momentum}: scaffold's control variates (option II) "
                     "assume plain local SGD; set training.momentum=0, or algorithm.control=I")
         return None

@@ -1,8 +1,9 @@
-"""The server half that every distillation method shares (FedDF, FedBE, FD/CFD; FedAUX next).
+"""The server half that every distillation method shares (FedDF, FedBE, FedAUX, FD/CFD, MrTF).
 
-It demands unlabelled auxiliary data, keeps the auxiliary inputs and the test set on the server's
-device, and gives its subclasses working models there, a seeded random initialisation, seeded
-distillation of a student towards soft labels (eq. 7.1) and test accuracy.
+It demands unlabelled auxiliary data (MrTF only when it distils on them: by default it distils on
+the test inputs), keeps the auxiliary inputs and the test set on the server's device, and gives its
+subclasses working models there, a seeded random initialisation, seeded distillation of a student
+towards soft labels (eq. 7.1) and test accuracy.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ class DistillationStrategy(Strategy):
     """Base of the distillation methods' server halves."""
 
     @classmethod
-    def config_problem(cls, config: Config) -> Optional[str]:
+    def config_problem(cls, config: Config, params: Params) -> Optional[str]:
         if config.aux.size == 0:
             return (f"bad config value aux.size = 0: algorithm {cls.name} distils on unlabelled auxiliary data; "
                     f"set aux.size (e.g. aux.size=5000)")
