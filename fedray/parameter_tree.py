@@ -23,6 +23,7 @@ from typing import Any, Callable
 import numpy as np
 
 from fedray.clustering import cosine_similarities
+from fedray.figures import tree_figure
 from fedray.weights import Weights
 
 
@@ -106,7 +107,7 @@ class TreeView:
     def describe(self) -> str:
         """The tree as indented text: one line per node."""
         lines = []
-        for v, depth in self._preorder():
+        for v, depth in self.preorder():
             n = self.nodes[v]
             tag = " dropped" if n.dropped else (" active" if n.is_leaf else "")
             lines.append(f"{'  ' * depth}cluster {v} (round {n.created}, {len(n.clients)} clients{tag}): "
@@ -114,32 +115,10 @@ class TreeView:
         return "\n".join(lines)
 
     def figure(self, title: str = ""):
-        """The tree drawn with matplotlib: nodes at their depth, leaves spread left to right."""
-        import matplotlib.pyplot as plt
+        """The tree drawn (:func:`fedray.figures.tree_figure`)."""
+        return tree_figure(self, title)
 
-        order = self._preorder()
-        depth = dict(order)
-        leaves = [v for v, _ in order if self.nodes[v].is_leaf]
-        x = {v: float(i) for i, v in enumerate(leaves)}
-        for v, _ in reversed(order):
-            if v not in x:
-                x[v] = float(np.mean([x[c] for c in self.nodes[v].children]))
-        fig, ax = plt.subplots(figsize=(max(4.0, 1.6 * len(leaves)), 1.5 + 1.2 * max(depth.values())))
-        for v, n in self.nodes.items():
-            for c in n.children:
-                ax.plot([x[v], x[c]], [-depth[v], -depth[c]], color="grey", lw=1)
-        for v, n in self.nodes.items():
-            color = "lightgrey" if n.dropped else ("palegreen" if n.is_leaf else "lightblue")
-            ax.text(x[v], -depth[v], f"{v}\n{len(n.clients)} clients\nround {n.created}", ha="center",
-                    va="center", fontsize=8, bbox={"boxstyle": "round", "fc": color})
-        ax.set_xlim(-0.7, len(leaves) - 0.3)
-        ax.set_ylim(-max(depth.values()) - 0.6, 0.6)
-        ax.axis("off")
-        ax.set_title(title or "parameter tree (green: active clusters, grey: dropped)", fontsize=9)
-        fig.tight_layout()
-        return fig
-
-    def _preorder(self) -> list[tuple[int, int]]:
+    def preorder(self) -> list[tuple[int, int]]:
         """(node, depth) from the root, children in split order."""
         order, stack = [], [(0, 0)]
         while stack:
@@ -276,7 +255,7 @@ class ParameterTree:
         return self._shape().describe()
 
     def figure(self, title: str = ""):
-        """The tree drawn with matplotlib (``TreeView.figure``)."""
+        """The tree drawn (``TreeView.figure``)."""
         return self._shape().figure(title)
 
     def state_dict(self) -> dict[str, Any]:

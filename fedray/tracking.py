@@ -1,4 +1,6 @@
-"""One small TensorBoard writer per run: round metrics, the config as hparams, figures.
+"""A run's TensorBoard event files: one small writer per run (round metrics, the config as hparams,
+figures), and the runs read back: their scalars, the report of ``fedray report`` and the plot of
+``fedray plot`` (drawn by :mod:`fedray.figures`).
 
 TensorBoard writes event files in a thread of its own. When a write fails there (a full disk, the
 run folder deleted or replaced by a file), the writer raises that error again at its next write,
@@ -17,6 +19,10 @@ import numpy as np
 import yaml
 from torch.utils.tensorboard import SummaryWriter
 from torch.utils.tensorboard.summary import hparams
+
+from fedray.figures import curves_figure, plot_file
+# drawn in fedray.figures; imported from here by observers.py until issue 31's rewrite
+from fedray.figures import render  # noqa: F401
 
 
 def flatten(tree: dict[str, Any], prefix: str = "") -> dict[str, Any]:
@@ -84,7 +90,7 @@ class RunWriter:
         self.writer.add_figure(tag, figure, step)
 
     def log_image(self, tag: str, image: np.ndarray, step: int = 0) -> None:
-        """An (H, W, 3) uint8 image, e.g. a figure drawn elsewhere by :func:`render`."""
+        """An (H, W, 3) uint8 image, e.g. a figure drawn elsewhere by :func:`fedray.figures.render`."""
         self.writer.add_image(tag, image, step, dataformats="HWC")
 
     def log_text(self, tag: str, text: str, step: int = 0) -> None:
@@ -93,13 +99,6 @@ class RunWriter:
 
     def close(self) -> None:
         self.writer.close()
-
-
-def render(figure) -> np.ndarray:
-    """A figure on its own Agg canvas drawn to an (H, W, 3) uint8 image, the pixels ``log_figure``
-    would log; it touches no global state, so any thread may draw it."""
-    figure.canvas.draw()
-    return np.asarray(figure.canvas.buffer_rgba())[..., :3].copy()
 
 
 def read_scalars(run_dir: str | Path) -> dict[str, list[tuple[int, float]]]:
@@ -156,44 +155,15 @@ def target_report(run_dir: str | Path, target: Optional[float] = None, tag: str 
     return report
 
 
-def plot_file(out: str | Path, what: str = "out") -> Path:
-    """The file ``plot_runs`` writes for ``out``: ``.png`` added when it has no suffix, as matplotlib
-    adds it. Raises ValueError (one line; ``what`` names the setting) when it cannot be written: a
-    folder, a missing or unwritable folder, or a format matplotlib does not write."""
-    from matplotlib.backend_bases import FigureCanvasBase
-
-    out = Path(out)
-    if os.path.isdir(out):
-        raise ValueError(f"{what} {out} is a folder: name a file in it, e.g. {out / 'plot.png'}")
-    out = out if out.suffix else out.with_suffix(".png")
-    formats = FigureCanvasBase.get_supported_filetypes()
-    if out.suffix[1:].lower() not in formats:
-        raise ValueError(f"{what} {out}: matplotlib cannot write {out.suffix} files; end the name in "
-                         f"{', '.join('.' + f for f in sorted(formats))}")
-    folder = out.parent
-    if not os.path.isdir(folder):
-        found = next((p for p in (folder, *folder.parents) if os.path.lexists(p)), None)  # the nearest that is there
-        if found is not None and not os.path.isdir(found):
-            raise ValueError(f"{what} {out}: {found} is a file, not a folder; name a file in a folder")
-        raise ValueError(f"{what} {out}: the folder {folder} does not exist; make it or name a file in another")
-    if not os.access(folder, os.W_OK | os.X_OK):
-        raise ValueError(f"{what} {out}: the folder {folder} is not writable; name a file in another")
-    return out
-
-
 def plot_runs(run_dirs: list[str | Path], out: str | Path, tag: str = "eval/accuracy",
               x_axis: str = "round", labels: Optional[list[str]] = None) -> Path:
-    """Draw ``tag`` of several runs against rounds or cumulative MB uploaded into a PNG (or another
-    format matplotlib writes, by the suffix of ``out``); returns the file written."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+    """Draw ``tag`` of several runs against rounds or cumulative MB uploaded
+    (:func:`fedray.figures.curves_figure`) into a PNG (or another format matplotlib writes, by the
+    suffix of ``out``: :func:`fedray.figures.plot_file`); returns the file written."""
     if x_axis not in ("round", "mb_up"):
         raise ValueError(f"x axis must be 'round' or 'mb_up', got {x_axis!r}")
     out = plot_file(out)
-    fig, ax = plt.subplots(figsize=(7, 4.5))
+    curves = []
     for i, run_dir in enumerate(run_dirs):
         scalars = read_scalars(run_dir)
         if tag not in scalars:
@@ -202,12 +172,7 @@ def plot_runs(run_dirs: list[str | Path], out: str | Path, tag: str = "eval/accu
         if x_axis == "mb_up":
             up = dict(scalars["comm/bytes_up_total"])
             steps = [up[s] / 1e6 for s in steps]
-        ax.plot(steps, values, marker="o", markersize=3, label=labels[i] if labels else Path(run_dir).name)
-    ax.set_xlabel("round" if x_axis == "round" else "MB uploaded (all clients)")
-    ax.set_ylabel(tag)
-    ax.grid(alpha=0.3)
-    ax.legend()
-    fig.tight_layout()
+        curves.append((labels[i] if labels else Path(run_dir).name, steps, values))
+    fig = curves_figure(curves, "round" if x_axis == "round" else "MB uploaded (all clients)", tag)
     fig.savefig(out, dpi=120)
-    plt.close(fig)
     return out

@@ -16,8 +16,9 @@ import argparse
 from pathlib import Path
 
 from fedray.config import load_config
+from fedray.figures import figure, save_figure
 from fedray.parameter_tree import id_ranges
-from fedray.repro import Store, figure, markdown_table, run_grid, run_local, save_figure
+from fedray.repro import Store, markdown_table, run_grid, run_local
 
 ROOT = Path(__file__).resolve().parents[1]
 TABLE62 = ROOT / "configs" / "repro_thesis_table62_fmnist.yaml"

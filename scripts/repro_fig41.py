@@ -15,7 +15,8 @@ from functools import partial
 from pathlib import Path
 
 from fedray.config import load_config
-from fedray.repro import Store, figure, markdown_table, run_grid, run_local, save_figure
+from fedray.figures import figure, save_figure
+from fedray.repro import Store, markdown_table, run_grid, run_local
 
 ROOT = Path(__file__).resolve().parents[1]
 BASE = ROOT / "configs" / "repro_thesis_fig41.yaml"

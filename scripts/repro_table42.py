@@ -23,7 +23,8 @@ from itertools import count
 from pathlib import Path
 
 from fedray.config import load_config
-from fedray.repro import Store, figure, listing, markdown_table, run_grid, run_local, save_figure
+from fedray.figures import figure, save_figure
+from fedray.repro import Store, listing, markdown_table, run_grid, run_local
 
 ROOT = Path(__file__).resolve().parents[1]
 # name: (algorithm, local iterations per round, paper's F-MNIST LSTM MB up / down to 0.89)

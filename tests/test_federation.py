@@ -11,8 +11,8 @@ from fedray.checkpoint import CHECKPOINT
 from fedray.config import build_config
 from fedray.assembly import assemble
 from fedray.federation import Federation
-from fedray.figures import partition_figure, plot_runs, render
-from fedray.tracking import read_scalars, target_report
+from fedray.figures import partition_figure, render
+from fedray.tracking import plot_runs, read_scalars, target_report
 
 
 def digits(algorithm, rounds, **extra):

@@ -15,12 +15,7 @@ and cover every sample exactly once. :func:`partition` refuses a split that leav
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 import numpy as np
-
-if TYPE_CHECKING:
-    from matplotlib.figure import Figure
 
 PARTITION_METHODS = ("iid", "dirichlet", "shards")
 
@@ -380,40 +375,3 @@ def label_counts(labels: np.ndarray, splits: list[np.ndarray], num_classes: int)
     """
     labels = np.asarray(labels)
     return np.stack([np.bincount(labels[idx], minlength=num_classes) for idx in splits]).astype(np.int64)
-
-
-def partition_figure(counts: np.ndarray, class_names: list[str] | None = None) -> Figure:
-    """Heatmap of a split: clients on the y axis, classes on the x axis, sample counts as colour.
-
-    Readable from 10 to 500 clients (the height grows slowly with the client count, client ticks are
-    thinned). Drawn on an Agg canvas without pyplot, so it needs no display and holds no global
-    state; pass it to TensorBoard's ``SummaryWriter.add_figure``.
-
-    Args:
-        counts: (clients x classes) matrix, e.g. from :func:`label_counts`.
-        class_names: Optional class names for the x axis.
-
-    Returns:
-        The figure; its first axes holds the single image, the second the colour bar.
-    """
-    from matplotlib.backends.backend_agg import FigureCanvasAgg  # imported here: actors never draw
-    from matplotlib.figure import Figure
-
-    num_clients, num_classes = counts.shape
-    fig = Figure(figsize=(min(4.0 + 0.35 * num_classes, 16.0), min(3.0 + 0.04 * num_clients, 12.0)), dpi=100)
-    FigureCanvasAgg(fig)
-    ax = fig.add_subplot()
-    image = ax.imshow(counts, aspect="auto", interpolation="nearest", cmap="viridis")
-    fig.colorbar(image, ax=ax, label="samples")
-    ax.set_title(f"{num_clients} clients, {int(counts.sum())} samples")
-    ax.set_ylabel("client")
-    ax.set_xlabel("class")
-    if class_names is not None and num_classes <= 30:
-        ax.set_xticks(range(num_classes), [str(n) for n in class_names], rotation=45 if num_classes > 10 else 0,
-                      ha="right" if num_classes > 10 else "center", fontsize=8)  # fmt: skip
-    elif num_classes <= 30:
-        ax.set_xticks(range(num_classes))
-    if num_clients <= 30:
-        ax.set_yticks(range(num_clients))
-    fig.tight_layout()
-    return fig

@@ -12,11 +12,11 @@ from fedray.data import (
     iid_split,
     label_counts,
     partition,
-    partition_figure,
     shard_split,
     sinkhorn,
 )
 from fedray.data.partition import _log_dirichlet
+from fedray.figures import partition_figure
 
 
 def assert_exact_cover(splits, num_samples):
