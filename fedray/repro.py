@@ -1,4 +1,4 @@
-"""The reproduction harness: run configs locally, run grids of them in parallel, tabulate, draw.
+"""The reproduction harness: run configs locally, run grids of them in parallel, tabulate.
 
 The reproduction scripts (``scripts/repro_*.py``) are built from four pieces:
 
@@ -10,7 +10,8 @@ The reproduction scripts (``scripts/repro_*.py``) are built from four pieces:
   finished run and rewriting the :class:`Store` (a JSON file) after each, merged with the results
   already saved there: a partial grid survives, and a re-run of a few specs merges in.
 - :func:`markdown_table` writes a table's lines and :func:`listing` a list in a sentence, for the
-  sentences a script computes from its runs; :func:`figure` and :func:`save_figure` draw off-screen.
+  sentences a script computes from its runs (its figures: :func:`fedray.figures.figure` and
+  :func:`fedray.figures.save_figure`).
 - :func:`grid_arguments` is the command line the grid scripts share, :func:`invocation` what one
   call of such a script ran, where (:func:`cpu_model`) and how long.
 """
@@ -170,27 +171,6 @@ def listing(items: Iterable[str]) -> str:
     """``"a, b and c"``: items in a sentence."""
     items = list(items)
     return ", ".join(items[:-1]) + " and " + items[-1] if len(items) > 1 else "".join(items)
-
-
-def figure(rows: int = 1, cols: int = 1, **kwargs: Any) -> tuple[Any, Any]:
-    """A matplotlib figure and its axes (``plt.subplots``), drawn off-screen."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    return plt.subplots(rows, cols, **kwargs)
-
-
-def save_figure(fig: Any, path: str | Path, dpi: int = 100, title: str | None = None) -> None:
-    """Give ``fig`` its title, lay it out, write it to ``path`` and close it."""
-    import matplotlib.pyplot as plt
-
-    if title:
-        fig.suptitle(title)
-    fig.tight_layout()
-    fig.savefig(path, dpi=dpi)
-    plt.close(fig)
 
 
 def grid_arguments(doc: str, experiments: Iterable[str], out: Path) -> argparse.ArgumentParser:
