@@ -3,7 +3,7 @@
 - Iris (TNNLS Fig. 2, thesis Fig. 7.2): iris projected on its two principal components, three clients
   with disjoint non-iid data, a linear classifier each; the paper reports 33% for the mean of the
   clients' predictions and 88% for their certainty-weighted mean, weights from a Gaussian KDE
-  (:func:`fedray.privacy.certainty.iris_toy` says how the split is read from the text). Several seeds,
+  (:func:`fedaux_toys.iris_split` says how the split is read from the text). Several seeds,
   and the logistic scorer of Alg. 1 without noise and (eps, delta)-DP at a few eps.
 - Three Gaussians (TNNLS Fig. 3, arXiv Fig. 14, thesis Fig. 7.3): three clients, each one unit
   Gaussian in 2-D, scored by the DP logistic scorer against a public uniform negative set;
@@ -11,7 +11,8 @@
   weighting something to decide, every point is labelled by whether it lies outside the circle
   through the three centres, and each client trains a linear classifier on its own Gaussian.
 
-Writes docs/repro_fedaux_toy.md (the setting and sentences computed from this run) and .png.
+The toys themselves are in scripts/fedaux_toys.py; this runs them and writes docs/repro_fedaux_toy.md
+(the setting and sentences computed from this run) and .png.
 
     python scripts/repro_fedaux_toy.py              # 10 iris seeds, 3 Gaussian seeds, ~30 s
     python scripts/repro_fedaux_toy.py --seeds 3 --out /tmp/toy
@@ -26,16 +27,15 @@ from pathlib import Path
 import numpy as np
 from sklearn.datasets import load_iris
 
-from fedray.privacy.certainty import (
-    SCORERS, XI, ToyEnsemble, dp_sigma, fourier_features, iris_ensemble, iris_split, iris_toy, linear_classifier,
-)
-from fedray.repro import figure, listing, markdown_table, save_figure
+from fedray.figures import figure, save_figure
+from fedray.privacy.certainty import dp_sigma
+from fedray.repro import listing, markdown_table
+
+from fedaux_toys import GAUSS, gaussian_toy, iris_ensemble, iris_split, iris_toy, outside, shares
 
 ROOT = Path(__file__).resolve().parents[1]
 PAPER_IRIS = {"mean": 33.0, "kde": 88.0}  # TNNLS Fig. 2 / thesis Fig. 7.2, %
 IRIS_LAM, IRIS_EPS, DELTA = 0.01, (0.1, 1.0, 10.0), 1e-5
-# Gaussian toy: 3000 points per client, 30000 public negatives, random Fourier features (length 2) as h_0
-GAUSS = {"n": 3000, "negatives": 30_000, "radius": 3.0, "lam": 0.001, "eps": (0.1, 1.0, np.inf), "box": 6.0}
 GAUSS_WEIGHTINGS = {"mean": "mean (FedDF)", "logistic": "DP logistic s_i", "kde": "Gaussian KDE",
                     "density": "true D_i"}
 IRIS_LABELS = {"mean": "mean", "kde": "Gaussian KDE", "logistic": "logistic, no noise", "logistic_dp": "logistic, DP"}
@@ -55,44 +55,12 @@ def pct(values: list[float]) -> str:
 
 
 # -- three Gaussians ---------------------------------------------------------------------------------------
-def outside(points: np.ndarray) -> np.ndarray:
-    """The toy's label: 1 outside the circle through the three centres."""
-    return (np.linalg.norm(points, axis=1) > GAUSS["radius"]).astype(int)
-
-
-def gaussian_toy(seed: int, eps: float) -> tuple[ToyEnsemble, np.ndarray, list[np.ndarray], np.ndarray]:
-    """The clients' classifiers and weights, a held-out test set (1000 per Gaussian), the clients' data
-    and the negatives."""
-    from scipy.stats import gaussian_kde, multivariate_normal
-
-    rng = np.random.default_rng(seed)
-    angles = np.deg2rad([90.0, 210.0, 330.0])
-    centres = GAUSS["radius"] * np.c_[np.cos(angles), np.sin(angles)]
-    own = [c + rng.normal(size=(GAUSS["n"], 2)) for c in centres]
-    negatives = rng.uniform(-GAUSS["box"], GAUSS["box"], size=(GAUSS["negatives"], 2))
-    test = np.vstack([c + rng.normal(size=(1000, 2)) for c in centres])
-    h0 = fourier_features(rng, inputs=2, length=2.0)
-    scorers = [SCORERS["logistic"](h0(x), h0(negatives), rng, GAUSS["lam"], eps, DELTA) for x in own]
-    ensemble = ToyEnsemble(
-        classifiers=[linear_classifier(x, outside(x), 2) for x in own],
-        weights={"logistic": [lambda p, s=s: s.score(h0(p)) for s in scorers],
-                 "kde": [lambda p, k=gaussian_kde(x.T): k(p.T) + XI for x in own],
-                 "density": [lambda p, c=c: multivariate_normal(c, np.eye(2)).pdf(p) for c in centres]})
-    return ensemble, test, own, negatives
-
-
-def shares(ensemble: ToyEnsemble, weighting: str, points: np.ndarray) -> np.ndarray:
-    """s_i(x) / sum_j s_j(x), shape (clients, points)."""
-    s = np.stack([f(points) for f in ensemble.weights[weighting]])
-    return s / s.sum(axis=0)
-
-
 def gaussian_results(seeds: int) -> list[dict[str, float]]:
     """Accuracy of each weighting on the test set and the mean |s_i/sum s - D_i/sum D| there."""
     rows = []
     for eps in GAUSS["eps"]:
         for seed in range(seeds):
-            ensemble, test, _, _ = gaussian_toy(seed, eps)
+            ensemble, test, _, _ = gaussian_toy(seed, eps, DELTA)
             row = {"eps": eps, "seed": seed}
             row.update({w: ensemble.accuracy(test, outside(test), w) for w in GAUSS_WEIGHTINGS})
             gap = shares(ensemble, "logistic", test) - shares(ensemble, "density", test)
@@ -131,7 +99,7 @@ def draw_iris(axes, seed: int) -> None:
 def draw_gaussians(top, bottom, seed: int, eps: float) -> None:
     from matplotlib.patches import Circle
 
-    ensemble, test, own, negatives = gaussian_toy(seed, eps)
+    ensemble, test, own, negatives = gaussian_toy(seed, eps, DELTA)
     box = GAUSS["box"]
     at, extent = grid(np.array([-box, -box]), np.array([box, box]))
     for x in own:

@@ -1,7 +1,7 @@
 """Privacy of what clients release beyond their models (no Ray).
 
 - :mod:`fedray.privacy.certainty`: FedAUX's (eps, delta)-DP logistic certainty scores (TNNLS Alg. 1,
-  Theorem 1), the scorers of its ablation (Fig. 4) and the iris toy (Fig. 2).
+  Theorem 1) and the scorers of its ablation (Fig. 4).
 """
 
 from fedray.privacy.certainty import (
@@ -12,11 +12,10 @@ from fedray.privacy.certainty import (
     dp_certainty,
     dp_sigma,
     fit_certainty,
-    iris_toy,
     normaliser,
     privacy_spent,
     scorer_from_upload,
 )
 
 __all__ = ["SCORERS", "LogisticScorer", "Scorer", "certainty_scores", "dp_certainty", "dp_sigma", "fit_certainty",
-           "iris_toy", "normaliser", "privacy_spent", "scorer_from_upload"]
+           "normaliser", "privacy_spent", "scorer_from_upload"]
