@@ -10,10 +10,10 @@ maximum and final accuracy, each architecture's, and what the server distillatio
 alpha 0.1. Table 5.2 (thesis section 5.4): FedAvg, FD and compressed FD (CFD-1-32, CFD_delta-1-32,
 CFD-1-1, CFD_delta-1-1, thesis Alg. 8) at alpha 100, 1 and 0.1; the MB up and down needed to first
 reach a target accuracy (soft labels for FD/CFD, full models for FedAvg), at targets chosen after
-seeing the curves (the .md says so). Writes docs/repro_distill.md (ours beside the papers'), .json
-(every round's accuracies and bytes) and .png; a run of some experiments (``--only``) merges into the
-saved .json, keeping the others' results. The .md holds the setup, the numbers and sentences computed
-from the runs, never notes typed in from an earlier run; the interpretation is in the README.
+seeing the curves (the .md says so). Writes docs/repro_distill.json (every round's accuracies and
+bytes; a run of some experiments, ``--only``, merges into the saved one, keeping the others'
+results), then docs/repro_distill.md (ours beside the papers') and .png from it
+(scripts/distill_report.py); the interpretation is in docs/reproductions.md.
 
     python scripts/repro_distill.py --jobs 2
     python scripts/repro_distill.py --only table51 --rounds 2 --out /tmp/quick   # timing check
@@ -26,11 +26,10 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-import numpy as np
-
 from fedray.config import load_config
-from fedray.repro import (Store, figure, grid_arguments, invocation, listing, markdown_table, run_grid, run_local,
-                          save_figure)
+from fedray.repro import Store, grid_arguments, invocation, run_grid, run_local
+
+from grid_report import best, final
 
 ROOT = Path(__file__).resolve().parents[1]
 TABLE51 = ROOT / "configs" / "repro_thesis_table51_fmnist.yaml"
@@ -40,9 +39,6 @@ CONFIGS = {"table51": TABLE51, "table52": TABLE52}  # every other experiment: CO
 
 MODES = {"init_previous": "Init Previous", "init_random": "Init Random", "dual": "Dual Distill"}
 ALPHAS51 = (100.0, 1.0, 0.1)
-# Table 5.1: maximum accuracy (%) in 50 rounds, 20 clients, C = 20%; (init previous, init random, dual)
-PAPER51 = {"MNIST (LeNet)": {100.0: (98.1, 96.7, 97.8), 1.0: (97.9, 96.4, 97.5), 0.1: (92.6, 90.1, 92.7)},
-           "CIFAR-10 (ResNet-8)": {100.0: (70.2, 68.5, 74.9), 1.0: (68.2, 66.0, 72.4), 0.1: (51.1, 48.2, 56.1)}}
 
 METHODS = {"fedavg": "FedAvg", "feddf": "FedDF", "fedbe": "FedBE"}
 ALPHAS = (0.01, 0.1, 1.0, 100.0)
@@ -50,9 +46,7 @@ ALPHAS = (0.01, 0.1, 1.0, 100.0)
 ARCHS = {"one": ["federation.architectures={mlp: 20}"],
          "three": ["federation.architectures={logreg: 7, mlp: 7, lstm: 6}",
                    "federation.model_options={lstm: {hidden_size: 64, num_layers: 1}}"]}
-ARCH_LABELS = {"one": "MLP (2NN)", "three": "LogReg / MLP / LSTM-64"}
-# FedAUX Table I: maximum accuracy (%) in 100 rounds, 20 clients, C = 0.4, ResNet-8 on CIFAR-10, STL-10
-PAPER_I = {"fedavg": {0.01: 23.6, 100.0: 82.2}, "feddf": {0.01: 27.8, 100.0: 81.4}, "fedbe": {0.01: 25.7, 100.0: 82.0}}
+
 
 # Table 5.2: label, algorithm overrides (the config's algorithm is cfd, dual distillation)
 def _cfd(b_up: int, b_down: int, delta: bool) -> list[str]:
@@ -66,20 +60,6 @@ METHODS52 = {"fedavg": ("FedAvg", ["algorithm={name: fedavg, weighted: true}"]),
              "cfd_1_1": ("CFD-1-1", _cfd(1, 1, False)),
              "cfd_delta_1_1": ("CFD_Δ-1-1", _cfd(1, 1, True))}
 ALPHAS52 = (100.0, 1.0, 0.1)
-# the target accuracy per alpha (%): a few points under the maximum of most methods, chosen after seeing the
-# curves (the .md says so)
-TARGETS52 = {100.0: 81.0, 1.0: 80.0, 0.1: 63.0}
-# Table 5.2, (model, alpha, target %): MB (1e6 bytes, per client: one client's cumulative transfers) up, then
-# down, to first reach the target; FA FD CFD-1-32 CFD_delta-1-32 CFD-1-1 CFD_delta-1-1, the round in brackets
-# (given for the non-delta columns only). The digest notes that the VGG-16 rows' labels were garbled in the source.
-PAPER52 = {
-    ("ResNet-18", 100, 71): "760.3(17) 44.8(14) 0.56(17) 0.40 1.36(41) 0.82 / 760.3 44.8 54.4 54.4 1.36 0.39",
-    ("ResNet-18", 1, 68): "1028.7(23) 48.0(15) 0.37(13) 0.28 0.64(22) 0.43 / 1028.7 48.0 41.6 41.6 0.72 0.34",
-    ("ResNet-18", 0.1, 45): "1520.7(34) 16.0(5) 0.09(7) 0.08 0.52(41) 0.40 / 1520.7 16.0 22.4 22.4 0.99 0.92",
-    ("VGG-16", 100, 80): "671.1(11) 32.0(10) 0.40(12) 0.29 0.76(23) 0.47 / 671.1 32.0 38.4 38.4 0.76 0.24",
-    ("VGG-16", 1, 78): "1281.3(21) 28.8(9) 0.38(13) 0.28 0.56(19) 0.37 / 1281.3 28.8 41.6 41.6 0.62 0.27",
-    ("VGG-16", 0.1, 48): "2928.6(48) 25.6(8) 0.11(9) 0.09 0.43(34) 0.35 / 2928.6 25.6 28.8 28.8 0.77 0.75",
-}
 
 LR_CHECK = (5e-5, 1e-4, 1e-3)
 LR_CHECK_ALPHA = 0.1
@@ -155,351 +135,9 @@ def cost(spec: dict) -> float:
     return per_round * (rounds[-1] if rounds else 25)
 
 
-# -- summaries ---------------------------------------------------------------------------------------
-def accuracies(r: dict, tag: str = "accuracy") -> list[float]:
-    return [h[tag] for h in r["history"] if h.get(tag) is not None]
-
-
-def best(r: dict, tag: str = "accuracy") -> float:
-    return 100 * max(accuracies(r, tag))
-
-
-def final(r: dict, tag: str = "accuracy") -> float:
-    return 100 * accuracies(r, tag)[-1]
-
-
-def gain(r: dict, arch: str) -> float | None:
-    """Mean over rounds of (accuracy after - before the server distillation), percentage points; only
-    rounds in which ``arch`` had participants (otherwise "before" is last round's distilled model, or
-    the random init in the first rounds)."""
-    d = [h[f"after/{arch}"] - h[f"before/{arch}"] for h in r["history"]
-         if h.get(f"after/{arch}") is not None and h.get(f"before/{arch}") is not None
-         and h.get(f"participants/{arch}", 1) > 0]
-    return 100 * float(np.mean(d)) if d else None
-
-
-def fmt_gain(r: dict) -> str:
-    gains = [(a, gain(r, a)) for a in r["architectures"]]
-    return ", ".join(f"{a} {g:+.1f}" for a, g in gains if g is not None) or "-"
-
-
-def reached(r: dict, target: float) -> dict | None:
-    """The first round's record with accuracy >= ``target`` (%), or None."""
-    return next((h for h in r["history"] if h.get("accuracy") is not None and 100 * h["accuracy"] >= target), None)
-
-
-def per_client(r: dict, h: dict, direction: str) -> float:
-    """MB (1e6 bytes) one client slot has sent (up) or received (down) up to round ``h``: the total over
-    the participants divided by clients_per_round, which is how the thesis counts (one model a round)."""
-    return h[f"bytes_{direction}_total"] / r["clients_per_round"] / 1e6
-
-
-def upload_bytes(r: dict) -> float:
-    """Mean bytes of one client's upload."""
-    return float(np.mean([h["bytes_up"] / h["participants"] for h in r["history"]]))
-
-
-def entropy_up(r: dict) -> float | None:
-    e = [h["entropy_bits_up"] for h in r["history"] if h.get("entropy_bits_up") is not None]
-    return float(np.mean(e)) if e else None
-
-
-def fmt_x(v: float) -> str:
-    """A ratio ("how many times smaller")."""
-    return f"{v:.2g}x" if v < 10 else f"{v:,.0f}x"
-
-
-def fmt_mb(v: float | None) -> str:
-    if v is None:
-        return "n.a."
-    return f"{v:.0f}" if v >= 100 else f"{v:.1f}" if v >= 10 else f"{v:.3g}"
-
-
-def peak(r: dict) -> int:
-    """The round of the maximum accuracy."""
-    return r["history"][int(np.argmax(accuracies(r)))]["round"]
-
-
-def ranking(values: dict[str, float]) -> str:
-    """``"A > B = C"``: the labels by value, highest first; ``=`` where the values agree to 0.1."""
-    ranked = sorted(values.items(), key=lambda item: -item[1])
-    return ranked[0][0] + "".join((" = " if f"{p:.1f}" == f"{v:.1f}" else " > ") + label
-                                  for (_, p), (label, v) in zip(ranked, ranked[1:]))
-
-
-# -- outputs -----------------------------------------------------------------------------------------
-def header_lines(meta: dict) -> list[str]:
-    lines = ["# Federated distillation reproductions (issue 5)", "",
-             "Machine: 2-core CPU dev machine, no GPU; `runtime.backend: local`, one torch thread per run, "
-             "runs in parallel processes (`--jobs`). One seed (0) per cell; the papers report means over 3 runs.", ""]
-    done = [i for i in meta.get("invocations", []) if i.get("rounds") is None]
-    if done:
-        lines += [f"Wall time: **{sum(i['wall_s'] for i in done) / 60:.1f} min** in all, " + "; ".join(
-            f"`--only {' '.join(i['only']) if i['only'] else 'all'} --jobs {i['jobs']}` ({i['runs']} runs) "
-            f"{i['wall_s'] / 60:.1f} min" for i in done) +
-            f"; {sum(i['run_s'] for i in done) / 60:.1f} min of run time summed over the processes.", ""]
-    return lines
-
-
-def table51_lines(results: dict[str, dict]) -> list[str]:
-    t51 = [r for r in results.values() if r["experiment"] == "table51"]
-    if not t51:
-        return []
-    rounds = max(r["rounds"] for r in t51)
-    runs = {(m, a): results.get(f"table51/{m}/{a:g}/one/") for m in MODES for a in ALPHAS51}
-    cells, orders = [], {}
-    for a in ALPHAS51:
-        vals = [best(runs[m, a]) if runs[m, a] else None for m in MODES]
-        top = max((v for v in vals if v is not None), default=None)
-        cells.append(" / ".join("n.a." if v is None else (f"**{v:.1f}**" if v == top else f"{v:.1f}") for v in vals))
-        if None not in vals:
-            orders.setdefault(ranking(dict(zip(MODES.values(), vals))), []).append(f"{a:g}")
-    maxima = [["Fashion-MNIST (ours, MLP)", *cells]] + [[f"{data}, thesis"] + [
-        " / ".join(f"{v}" for v in rows[a]) for a in ALPHAS51] for data, rows in PAPER51.items()]
-    finals = [[label] + [f"{final(r):.1f} (max at {peak(r)})" if r else "n.a." for r in (runs[m, a] for a in ALPHAS51)]
-              for m, label in MODES.items()]
-    alphas = [f"alpha = {a:g}" for a in ALPHAS51]
-    order = "; ".join(f"{o} at alpha = {listing(a)}" for o, a in orders.items())
-    return ([f"## Thesis Table 5.1 on Fashion-MNIST: maximum accuracy over {rounds} rounds, %  (`{TABLE51.name}`)",
-             "", f"`fd`, 20 clients, C = 20% (4 per round), Dirichlet split, 2NN MLP (the thesis: LeNet on MNIST, "
-             f"ResNet-8 on CIFAR-10), Adam 1e-3 for local training and distillation, batch 32, 1 local epoch, 1 "
-             f"distillation epoch (batch 128) over 5,000 unlabelled Fashion-MNIST training images carved out before "
-             f"the split (the thesis distils on EMNIST / STL-10); {rounds} rounds here, 50 in the thesis. Columns: "
-             f"Init Previous / Init Random / Dual Distill.", ""] + markdown_table(["data", *alphas], maxima)
-            + (["", f"Ours, by maximum accuracy: {order}."] if order else [])
-            + ["", "Final-round accuracy (ours), and the round of the maximum:", ""]
-            + markdown_table(["mode", *alphas], finals))
-
-
-def lrcheck_lines(results: dict[str, dict]) -> list[str]:
-    lrc = [r for r in results.values() if r["experiment"] == "lrcheck"]
-    if not lrc:
-        return []
-    rows = [[f"{lr:g}", ARCH_LABELS[archs], f"{best(r):.1f}", f"{final(r):.1f}", fmt_gain(r)]
-            for archs in ARCHS for lr in LR_CHECK
-            if (r := results.get(f"lrcheck/feddf/{LR_CHECK_ALPHA:g}/{archs}/{lr}"))]
-    chosen = sorted({r["distill_lr"] for r in results.values() if r["experiment"] == "compare" and r["distill_lr"]})
-    return (["", f"## Distillation lr check: FedDF at alpha = {LR_CHECK_ALPHA:g}, {max(r['rounds'] for r in lrc)} "
-             "rounds", "", "FedAUX distils with Adam lr 5e-5 for one epoch over 80,000 STL-10 images (625 steps of "
-             "batch 128); one epoch over our 5,000 auxiliary images is 40 steps, so a larger lr may be "
-             "needed for the distillation to move the student at all. Same setup as the comparison below.", ""]
-            + markdown_table(["distill lr", "architectures", "max acc %", "final acc %",
-                              "mean distillation gain per round, points"], rows)
-            + (["", f"Chosen for every distillation method below: lr {', '.join(f'{c:g}' for c in chosen)}."]
-               if chosen else []))
-
-
-def compare_lines(results: dict[str, dict]) -> list[str]:
-    cmp_ = [r for r in results.values() if r["experiment"] == "compare"]
-    if not cmp_:
-        return []
-    get, alphas = results.get, [f"alpha = {a:g}" for a in ALPHAS]
-    maxima = [[label, archs] + [f"{best(r):.1f} / {final(r):.1f}" if r else "n.a."
-                                for r in (get(f"compare/{m}/{a:g}/{archs}/") for a in ALPHAS)]
-              for archs in ARCHS for m, label in METHODS.items()]
-    maxima += [[f"{label}, FedAUX Table I (max)", "ResNet-8, CIFAR-10"]
-               + [f"{PAPER_I[m][a]}" if a in PAPER_I[m] else "-" for a in ALPHAS] for m, label in METHODS.items()]
-    three = [r for r in cmp_ if r["archs"] == "three"]
-    per_arch = [[label, arch] + [f"{best(r, 'accuracy/' + arch):.1f} / {final(r, 'accuracy/' + arch):.1f}" if r
-                                 else "n.a." for r in (get(f"compare/{m}/{a:g}/three/") for a in ALPHAS)]
-                for arch in (three[0]["architectures"] if three else []) for m, label in METHODS.items()]
-    gains = [[METHODS[m], archs] + [gain_cell(get(f"compare/{m}/{a:g}/{archs}/")) for a in ALPHAS]
-             for archs in ARCHS for m in ("feddf", "fedbe")]
-    return (["", f"## FedAUX Table I protocol on Fashion-MNIST: FedAvg, FedDF, FedBE  (`{COMPARE.name}`)", "",
-             f"20 clients, C = 0.4 (8 per round), Dirichlet alpha, Adam 1e-3 batch 32 E = 1; distillation Adam "
-             f"batch 128, one epoch over 5,000 unlabelled Fashion-MNIST training images carved out before the "
-             f"split; FedAvg |D_i|-weighted; FedBE 10 samples from the diagonal Gaussian (no SWA). "
-             f"{max(r['rounds'] for r in cmp_)} rounds here, 100 in FedAUX. **one**: all 20 clients on the 2NN MLP "
-             f"(FedAUX: ResNet-8 on CIFAR-10 with STL-10). **three**: 7 LogReg, 7 MLP and 6 one-layer LSTM-64 "
-             f"clients (rows as steps), standing in for FedAUX's Mixed setting (a third each of ResNet-8, "
-             f"MobileNetV2, ShuffleNet), which is far too slow on this CPU. With three architectures FedAvg "
-             f"averages within each architecture only (FedAUX does not run FedAvg there), and `eval/accuracy` is "
-             f"the client-weighted mean of the three server models' accuracies (FedAUX evaluates the logit average "
-             f"of the three).", "", "Max / final test accuracy, %:", ""]
-            + markdown_table(["method", "archs", *alphas], maxima)
-            + ["", "Three architectures, each server model's max / final accuracy, %:", ""]
-            + markdown_table(["method", "arch", *alphas], per_arch)
-            + ["", "What the server distillation adds: mean over rounds of (accuracy after - accuracy before "
-               "distillation), percentage points, per architecture, over the rounds in which the architecture had "
-               "participants; and the teacher ensemble's maximum test accuracy (ens), %:", ""]
-            + markdown_table(["method", "archs", *alphas], gains))
-
-
-def gain_cell(r: dict | None) -> str:
-    ens = accuracies(r, "ensemble") if r else []
-    return f"{fmt_gain(r)}; ens {100 * max(ens):.1f}" if ens else fmt_gain(r) if r else "n.a."
-
-
-def mb_rows(results: dict[str, dict]) -> list[list[str]]:
-    """Per alpha, our MB per client up and down to the target (the round in brackets), then the thesis's."""
-    rows = []
-    for a in ALPHAS52:
-        up, down = [f"**Fashion-MNIST, MLP, {TARGETS52[a]:g}%, α = {a:g}**", "up"], ["", "down"]
-        for r in (results.get(f"table52/{m}/{a:g}/one/") for m in METHODS52):
-            h = reached(r, TARGETS52[a]) if r else None
-            up.append("n.a." if not r else "n.r." if not h else f"{fmt_mb(per_client(r, h, 'up'))} ({h['round']})")
-            down.append("n.a." if not r else "n.r." if not h else fmt_mb(per_client(r, h, "down")))
-        rows += [up, down]
-        for (model, alpha, acc), cells in PAPER52.items():
-            if alpha == a:
-                up, down = ([c.replace("(", " (") for c in part.split()] for part in cells.split(" / "))
-                rows += [[f"{model}, {acc}%, α = {alpha:g}, thesis", "up", *up], ["", "down", *down]]
-    return rows
-
-
-def run_rows(results: dict[str, dict], cpr: int) -> list[list[str]]:
-    """One row per run: rounds, MB, accuracy, upload sizes and ratios."""
-    rows = []
-    for a in ALPHAS52:
-        fd, fa = results.get(f"table52/fd/{a:g}/one/"), results.get(f"table52/fedavg/{a:g}/one/")
-        fa_h = reached(fa, TARGETS52[a]) if fa else None
-        for m, (label, _) in METHODS52.items():
-            if not (r := results.get(f"table52/{m}/{a:g}/one/")):
-                continue
-            h, ub, e = reached(r, TARGETS52[a]), upload_bytes(r), entropy_up(r)
-            up, down = (per_client(r, h, d) if h else None for d in ("up", "down"))
-            rows.append([f"{a:g}, {TARGETS52[a]:g}%", label, str(h["round"]) if h else "n.r.",
-                         f"{fmt_mb(up)} / {fmt_mb(up * cpr)}" if h else "n.r.",
-                         f"{fmt_mb(down)} / {fmt_mb(down * cpr)}" if h else "n.r.", f"{best(r):.1f} ({peak(r)})",
-                         f"{ub:,.0f}", f"{8 * ub / r['aux_size']:.2f}" if m != "fedavg" else "-",
-                         f"{e:.2f}" if e is not None else "-", fmt_x(upload_bytes(fd) / ub) if fd else "n.a.",
-                         fmt_x(upload_bytes(fa) / ub) if fa else "n.a.",
-                         fmt_x(per_client(fa, fa_h, "up") / up) if h and fa_h else "n.a."])
-    return rows
-
-
-def transfer_mb(t52: list[dict], method: str) -> str:
-    """MB of one upload of ``method`` (a model for FedAvg, float32 labels for FD), from any of its runs."""
-    r = next((r for r in t52 if r["method"] == method), None)
-    return f"{upload_bytes(r) / 1e6:.2f} MB" if r else f"n.a. (no {METHODS52[method][0]} run)"
-
-
-def upload_ratios(results: dict[str, dict]) -> list[str]:
-    """How many times smaller a 1-bit upload is than FD's float32 one, without and with delta coding."""
-    ranges = []
-    for methods in (("cfd_1_32", "cfd_1_1"), ("cfd_delta_1_32", "cfd_delta_1_1")):
-        x = [upload_bytes(fd) / upload_bytes(r) for a in ALPHAS52 for m in methods
-             if (fd := results.get(f"table52/fd/{a:g}/one/")) and (r := results.get(f"table52/{m}/{a:g}/one/"))]
-        ranges.append(f"{fmt_x(min(x))[:-1]}-{fmt_x(max(x))}" if x else "n.a.")
-    return ["", f"Computed from these runs: one 1-bit upload is {ranges[0]} smaller than FD's float32 one without "
-            f"Δ coding, and {ranges[1]} with it (mean bytes per upload; the range over the α values)."]
-
-
-def table52_lines(results: dict[str, dict]) -> list[str]:
-    t52 = [r for r in results.values() if r["experiment"] == "table52"]
-    if not t52:
-        return []
-    rounds, cpr = max(r["rounds"] for r in t52), t52[0]["clients_per_round"]
-    targets = listing(f"{TARGETS52[a]:g}% at α = {a:g}" for a in ALPHAS52)
-    return (["", f"## Thesis Table 5.2 on Fashion-MNIST: MB to reach a target accuracy  (`{TABLE52.name}`)", "",
-             f"Compressed federated distillation (thesis Alg. 8): dual distillation with a persistent server "
-             f"model, clients re-initialised every round; CFD-b_up-b_down quantises the uploaded soft labels to "
-             f"b_up bits and the server's downloaded ones to b_down (32: float32; 1: one-hot), Δ delta-codes the "
-             f"uploads against the client's previous upload and 1-bit downloads against what that client "
-             f"downloaded last (eq. 5.11); the coded labels are real bitstreams "
-             f"(codebook + LZMA, standing in for the thesis's CABAC). FD: the same with float32 both ways. 20 "
-             f"clients, C = 40% ({cpr} per round), Dirichlet split, 2NN MLP (a model transfer is "
-             f"{transfer_mb(t52, 'fedavg')}; ResNet-18 44.7 MB, VGG-16 61.0 MB), Adam 1e-3 for local training and "
-             f"distillation, batch 32, 1 local epoch, 1 distillation epoch (batch 128) over X^pub = "
-             f"{t52[0]['aux_size']:,} unlabelled Fashion-MNIST training images (a float32 soft-label transfer is "
-             f"{transfer_mb(t52, 'fd')}; the thesis's 80,000 STL-10 images 3.2 MB); {rounds} rounds here, 50 in the "
-             f"thesis. Only soft-label traffic is counted for FD/CFD, full models for FedAvg (FA).", "",
-             f"**MB** are 1e6 bytes **per client**, as the thesis counts them (its FA 760.3 MB in 17 rounds is "
-             f"17 ResNet-18 transfers of 44.7 MB): our total over all participants (`comm/bytes_up_total`, "
-             f"`comm/bytes_down_total`) divided by the {cpr} clients per round, i.e. what one client sends and "
-             f"receives if it took part in every round; the totals over all {cpr} are {cpr}x these (second "
-             f"table). Cumulative up to and including the first round whose accuracy reaches the target; that "
-             f"round in brackets. FD/CFD download nothing in round 1 (the initial model comes from the shared "
-             f"seed), so their down column counts one transfer fewer than the rounds; the thesis's counts one "
-             f"per round. n.r.: target not reached in {rounds} rounds. Thesis rows (ResNet-18 and VGG-16 on "
-             f"CIFAR-10, 50 rounds, mean of 3 runs) for orientation; it gives the round for the non-Δ columns "
-             f"only.", "", f"**Our targets ({targets}) were chosen after seeing the curves**, a few points under the "
-             f"maximum of most methods; they are not the thesis's, whose targets belong to its own models.", ""]
-            + markdown_table(["setting", "dir", "FA", *(label for label, _ in list(METHODS52.values())[1:])],
-                             mb_rows(results))
-            + ["", f"Per run: the round the target is first reached; MB up and down up to it per client and in total "
-               f"over all {cpr} participants of a round; maximum test accuracy (its round); mean bytes of one "
-               f"client's upload, and as bits per X^pub label; mean empirical entropy H(Ỹ) of the quantised "
-               f"uploaded labels, bits per label (`distill/entropy_bits_up`; before delta coding); how many times "
-               f"smaller one upload is than FD's and FedAvg's; and FA's MB up to the target over the method's.", ""]
-            + markdown_table(["α, target", "method", "round", "MB up, client / total", "MB down, client / total",
-                              "max acc %", "bytes per upload", "bits per label", "H(Ỹ), bits", "upload vs FD",
-                              "upload vs FA", "MB up to target vs FA"], run_rows(results, cpr))
-            + upload_ratios(results))
-
-
-COLOURS52 = {"fedavg": "tab:blue", "fd": "black", "cfd_1_32": "tab:green", "cfd_delta_1_32": "tab:olive",
-             "cfd_1_1": "tab:red", "cfd_delta_1_1": "tab:orange"}
-
-
-def curve(ax, r: dict | None, **style) -> None:
-    """Accuracy by round of run ``r`` (nothing if it did not run)."""
-    if r:
-        ax.plot([h["round"] for h in r["history"]], accuracies(r), **style)
-
-
-def plot_accuracy_panels(results: dict[str, dict], axes) -> None:
-    """Table 5.1's modes, FedAvg/FedDF/FedBE at each alpha, and the lr check: accuracy by round."""
-    colours = {"init_previous": "tab:blue", "init_random": "tab:orange", "dual": "tab:red"}
-    for m, label in MODES.items():
-        for a, ls in zip(ALPHAS51, ("-", "--", ":")):
-            curve(axes[0], results.get(f"table51/{m}/{a:g}/one/"), color=colours[m], ls=ls,
-                  label=f"{label}, alpha {a:g}")
-    axes[0].set_title("Table 5.1: FD modes (MLP)")
-    axes[0].legend(fontsize=6, ncol=3, loc="center", bbox_to_anchor=(0.5, 0.6))
-    colours = {"fedavg": "tab:blue", "feddf": "tab:green", "fedbe": "tab:purple"}
-    for ax, a in zip(axes[1:5], ALPHAS):
-        for m, label in METHODS.items():
-            for archs, ls in (("one", "-"), ("three", "--")):
-                curve(ax, results.get(f"compare/{m}/{a:g}/{archs}/"), color=colours[m], ls=ls,
-                      label=f"{label}, {archs}")
-        ax.set_title(f"FedAvg / FedDF / FedBE, alpha {a:g}")
-    axes[1].legend(fontsize=7, loc="lower right")
-    for archs, ls in (("one", "-"), ("three", "--")):
-        for lr, c in zip(LR_CHECK, ("tab:gray", "tab:olive", "tab:green")):
-            curve(axes[5], results.get(f"lrcheck/feddf/{LR_CHECK_ALPHA:g}/{archs}/{lr}"), color=c, ls=ls,
-                  label=f"lr {lr:g}, {archs}")
-    axes[5].set_title(f"FedDF distillation lr, alpha {LR_CHECK_ALPHA:g}")
-    axes[5].legend(fontsize=7, loc="lower right")
-    for ax in axes[:6]:
-        ax.set(xlabel="round", ylabel="test accuracy")
-        ax.grid(alpha=0.3)
-
-
-def plot_table52(results: dict[str, dict], axes) -> None:
-    """Accuracy against cumulative MB uploaded per client, one panel per alpha, the target dotted."""
-    for ax, a in zip(axes, ALPHAS52):
-        for m, (label, _) in METHODS52.items():
-            r = results.get(f"table52/{m}/{a:g}/one/")
-            if r:
-                ax.plot([per_client(r, h, "up") for h in r["history"]], [h["accuracy"] for h in r["history"]],
-                        color=COLOURS52[m], ls="--" if "delta" in m else "-", marker=".", ms=3, label=label)
-        ax.axhline(TARGETS52[a] / 100, color="gray", lw=0.8, ls=":")
-        ax.set(xscale="log", title=f"Table 5.2, alpha {a:g}: acc. vs MB up (dotted: target)",
-               xlabel="cumulative MB uploaded per client", ylabel="test accuracy")
-        ax.grid(alpha=0.3)
-    axes[0].legend(fontsize=7, loc="lower right")
-
-
-def plot(results: dict[str, dict], path: Path) -> None:
-    t52 = any(r["experiment"] == "table52" for r in results.values())
-    fig, axes = figure(3 if t52 else 2, 3, figsize=(15, 12 if t52 else 8))
-    axes = axes.ravel()
-    plot_accuracy_panels(results, axes)
-    if t52:
-        plot_table52(results, axes[6:])
-    save_figure(fig, path, title="Federated distillation on Fashion-MNIST (solid: one architecture, dashed: three"
-                                 + ("; bottom row dashed: delta coding)" if t52 else ")"))
-
-
-def write_outputs(results: dict[str, dict], meta: dict, out: Path) -> None:
-    lines = (header_lines(meta) + table51_lines(results) + lrcheck_lines(results) + compare_lines(results)
-             + table52_lines(results))
-    out.with_suffix(".md").write_text("\n".join(lines) + "\n")
-    plot(results, out.with_suffix(".png"))
-
-
 def main() -> None:
+    from distill_report import fmt_gain, write_outputs  # here: distill_report reads this grid from this module
+
     experiments = ["table51", "lrcheck", "compare", "table52"]
     args = grid_arguments(__doc__, experiments, ROOT / "docs" / "repro_distill").parse_args()
     out = Path(args.out)

@@ -33,11 +33,11 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from fedray.assembly import load_data
 from fedray.config import load_config
 from fedray.distill import aggregate_teachers
 from fedray.distill.ensemble import predict_logits
 from fedray.distill.refinery import local_share, rectified_target, stabilised_probs
-from fedray.federation import load_data
 from fedray.models import create_model
 from fedray.repro import Store, cpu_model, grid_arguments, invocation, markdown_table, run_grid, run_local
 from fedray.training import local_train, set_torch_threads

@@ -1,0 +1,333 @@
+"""The page of the FedAUX reproductions: docs/repro_fedaux.md (the tables, ours beside the paper's, and
+sentences computed from the runs) and .png, from the runs scripts/repro_fedaux.py recorded in
+docs/repro_fedaux.json (``--plot-only`` writes them anew from that file alone). The interpretation is in
+docs/reproductions.md.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import numpy as np
+
+from fedray.figures import figure, save_figure
+from fedray.repro import listing, markdown_table
+
+from grid_report import best, command, final, wall_time
+from repro_fedaux import (ALPHAS, CLAIM_METHODS, CLAIM_SEEDS, CONFIG, EPSILONS, LAMBDA_EPSILONS, LAMBDAS, METHODS,
+                          MIXED_METHODS, ONESHOT_ALPHAS, ONESHOT_EPOCHS, ONESHOT_METHODS, PRIVACY_ALPHA, PRIVACY_RATE,
+                          RATES, SEEDS)
+
+# FedAUX Table I: max accuracy (%) in 100 rounds, 20 clients, ResNet-8 on CIFAR-10, STL-10; (alpha, C)
+PAPER_I = {
+    "fedavg": "19.9±0.7 23.6±2.0 28.9±2.0 81.3±0.1 82.2±0.0 82.3±0.1",
+    "fedprox": "28.4±2.5 34.0±1.9 42.0±1.0 81.4±0.1 82.3±0.2 82.0±0.3",
+    "feddf": "25.0±0.8 27.8±0.8 30.6±0.3 80.8±0.1 81.4±0.3 81.5±0.3",
+    "fedbe": "20.9±0.6 25.7±1.4 29.1±0.1 81.4±0.7 82.0±0.1 82.2±0.2",
+    "fedavg_p": "30.4±7.9 32.1±2.0 38.4±0.5 89.0±0.1 89.5±0.1 89.6±0.1",
+    "fedprox_p": "42.8±2.7 43.1±0.2 49.0±0.7 88.9±0.0 89.1±0.1 89.4±0.0",
+    "feddf_p": "28.8±3.0 39.3±3.6 48.1±1.1 88.8±0.0 88.9±0.1 88.9±0.1",
+    "fedbe_p": "30.2±2.2 29.8±0.8 37.7±0.0 89.1±0.1 89.5±0.2 89.5±0.0",
+    "fedaux": "54.2±0.3 71.2±2.1 78.5±0.0 88.9±0.0 89.0±0.0 89.0±0.1",
+}
+
+# Table III, MobileNetV2 (100 clients, E = 40, CIFAR-10): alpha 0.01 / 0.04 / 0.16 / 10.24
+PAPER_III = {"fedavg": (10.3, 13.6, 23.6, 30.5), "feddf": (16.8, 29.5, 37.7, 40.4), "fedavg_p": (24.3, 44.0, 57.6, 69.9),
+             "feddf_p": (46.7, 61.1, 67.6, 71.2), "fedaux": (64.8, 65.5, 68.2, 71.3)}
+PAPER_III_ALPHAS = (0.01, 0.04, 0.16, 10.24)
+
+
+# -- summaries ---------------------------------------------------------------------------------------
+def over_seeds(results: dict, experiment: str, method: str, alpha: float, rate: float,
+               seeds: tuple[int, ...] = SEEDS) -> list[float]:
+    return [best(r) for s in seeds if (r := results.get(f"{experiment}/{method}/{alpha:g}/{rate:g}/{s}/"))]
+
+
+def mean_spread(values: list[float]) -> str:
+    if not values:
+        return "n.a."
+    if len(values) == 1:
+        return f"{values[0]:.1f}"
+    return f"{np.mean(values):.1f}±{(max(values) - min(values)) / 2:.1f}"
+
+
+def compare(a: list[float], b: list[float]) -> str:
+    """a's mean minus b's, and whether every seed of a beats every seed of b (or the reverse)."""
+    diff = np.mean(a) - np.mean(b)
+    apart = min(a) > max(b) or max(a) < min(b)
+    return f"{diff:+.1f} ({'seed ranges apart' if apart else 'seed ranges overlap'})"
+
+
+def first(results: dict, experiment: str, method: str, alpha: float, rate: float) -> dict | None:
+    return results.get(f"{experiment}/{method}/{alpha:g}/{rate:g}/0/")
+
+
+def score_facts(r: dict | None) -> str:
+    h = r["history"][0] if r else {}
+    if "score_auc" not in h:
+        return "n.a."
+    return f"AUC {h['score_auc']:.2f}, mean {h['score_mean']:.2f}, std {h['score_std']:.3f}"
+
+
+# -- the page ------------------------------------------------------------------------------------------
+def header_lines(meta: dict, results: dict) -> list[str]:
+    lines = ["# FedAUX reproductions on Fashion-MNIST (issue 13)", "",
+             f"Machine: {meta.get('machine', '2-core CPU dev machine')}, no GPU; `runtime.backend: local`, one torch "
+             f"thread per run, runs in parallel processes (`--jobs`). Config `{CONFIG.name}`; "
+             "`scripts/repro_fedaux.py` writes this file from its runs; the interpretation is in "
+             "[reproductions.md](reproductions.md).", ""]
+    lines += wall_time(meta, lambda i: f"{command(i)}, {i['runs']} runs, {i['wall_s'] / 60:.1f} min "
+                                       f"(pre-training {i.get('warm_s', 0):.0f} s)", brackets=True)
+    pre = [r["pretrain"] for r in results.values() if r.get("pretrain")]
+    if pre:
+        mlp = [p["mlp"]["loss"][-1] for p in pre if "mlp" in p and p["mlp"]["loss"]]
+        lines += [f"SimCLR pre-training: the MLP's NT-Xent loss after 30 epochs {np.mean(mlp):.2f} "
+                  "(temperature 0.1; log(2B-1) = 6.2 at chance for batch 256).", ""]
+    return lines
+
+
+def table71_lines(results: dict) -> list[str]:
+    t = [r for r in results.values() if r["experiment"] == "table71"]
+    if not t:
+        return []
+    rounds = max(r["rounds"] for r in t)
+    cols = [(a, c) for a in ALPHAS for c in RATES]
+    rows = []
+    for m, (label, _) in METHODS.items():
+        rows.append([label, *(mean_spread(over_seeds(results, "table71", m, a, c)) for a, c in cols)])
+        if m in PAPER_I:
+            rows.append([f"{label}, paper", *PAPER_I[m].split()])
+    lines = [f"## Table I / thesis Table 7.1, scaled: maximum accuracy over {rounds} rounds, %", "",
+             f"20 clients, Dirichlet alpha, C = fraction of clients per round, 2NN MLP, {len(SEEDS)} seeds "
+             f"(mean ± half the range). Paper rows: ResNet-8 on CIFAR-10 with STL-10, 100 rounds, mean ± std. "
+             "+P: every client starts from the pre-trained h_0 (SimCLR on the 5,000 auxiliary images).", ""]
+    lines += markdown_table(["method", *(f"α={a:g}, C={c:g}" for a, c in cols)], rows)
+    # the claim of the issue, per C at alpha 0.01: by the means, and whether the seeds' ranges overlap
+    claims = []
+    for c in RATES:
+        vals = {m: v for m in ("fedaux", "fedaux_code", "feddf_p", "feddf")
+                if (v := over_seeds(results, "table71", m, 0.01, c))}
+        if len(vals) == 4:
+            claims.append(f"C = {c:g}: FedAUX − FedDF+P {compare(vals['fedaux'], vals['feddf_p'])}, with the code's C "
+                          f"{compare(vals['fedaux_code'], vals['feddf_p'])}; FedDF+P − FedDF "
+                          f"{compare(vals['feddf_p'], vals['feddf'])}")
+    if claims:
+        lines += ["", "At α = 0.01, differences of the means over the seeds, points: " + "; ".join(claims) + "."]
+    lines += ["", "Certainty scores (seed 0, α = 0.01, C = 0.4): ROC AUC of a client's scores for test inputs of "
+              "the classes it holds against the rest, averaged over clients; the scores' mean and their spread "
+              "(std) over the distillation set, averaged over clients:", "",
+              f"- paper's J (λ = 0.1): {score_facts(first(results, 'table71', 'fedaux', 0.01, 0.4))}",
+              f"- the code's C = 1/λ: {score_facts(first(results, 'table71', 'fedaux_code', 0.01, 0.4))}", ""]
+    ens = []
+    for m in ("fedaux", "fedaux_code"):
+        r = first(results, "table71", m, 0.01, 0.4)
+        if r and r["history"][0].get("weighted") is not None:
+            ens.append(f"{METHODS[m][0]}: round 1 teacher ensemble {100 * r['history'][0]['ensemble']:.1f}% unweighted, "
+                       f"{100 * r['history'][0]['weighted']:.1f}% certainty-weighted; over all rounds "
+                       f"{100 * np.mean([h['ensemble'] for h in r['history']]):.1f}% and "
+                       f"{100 * np.mean([h['weighted'] for h in r['history']]):.1f}%")
+    if ens:
+        lines += ["Teacher ensembles at α = 0.01, C = 0.4, seed 0 (`distill/ensemble_accuracy`, "
+                  "`distill/weighted_ensemble_accuracy`): " + "; ".join(ens) + ".", ""]
+    return lines
+
+
+def oneshot_lines(results: dict) -> list[str]:
+    t = [r for r in results.values() if r["experiment"] == "oneshot"]
+    if not t:
+        return []
+    rows = []
+    for m in ONESHOT_METHODS:
+        rows.append([METHODS[m][0], *(f"{final(r):.1f}" if (r := first(results, "oneshot", m, a, 1.0)) else "n.a."
+                                      for a in ONESHOT_ALPHAS)])
+        if m in PAPER_III:
+            paper = dict(zip(PAPER_III_ALPHAS, PAPER_III[m]))
+            rows.append([f"{METHODS[m][0]}, paper (MobileNetV2)", *(f"{paper[a]}" for a in ONESHOT_ALPHAS)])
+    return ([f"## Table III scaled: one-shot, accuracy after the single round, %", "",
+             f"One round, all 20 clients, E = {ONESHOT_EPOCHS} local epochs, 2NN MLP, seed 0 (the paper: 100 "
+             "clients, E = 40, MobileNetV2 on CIFAR-10; its α = 0.04 column is left out here).", ""]
+            + markdown_table(["method", *(f"α={a:g}" for a in ONESHOT_ALPHAS)], rows) + [""])
+
+
+def privacy_lines(results: dict) -> list[str]:
+    t = [r for r in results.values() if r["experiment"] == "privacy"]
+    if not t:
+        return []
+    rows = []
+    for eps in EPSILONS:
+        row = ["∞ (no noise)" if math.isinf(eps) else f"{eps:g}"]
+        for m in ("fedaux", "fedaux_code"):
+            r = results.get(f"privacy/{m}/{PRIVACY_ALPHA:g}/{PRIVACY_RATE:g}/0/{eps:g}")
+            spent = r["privacy"]["epsilon"] if r and r.get("privacy") else None
+            row += [f"{best(r):.1f}" if r else "n.a.",
+                    score_facts(r).split(", mean")[0] if r else "n.a.",
+                    "n.a." if spent is None else f"{spent:.3g}"]
+        rows.append(row)
+    return ([f"## Privacy sweep: FedAUX at α = {PRIVACY_ALPHA:g}, C = {PRIVACY_RATE:g}, λ = 0.1, δ = 1e-5, seed 0", "",
+             "Max accuracy %, the scores' AUC, and the ε the release actually spends (with the code's C = 1/λ "
+             "the sensitivity is N times what the noise is scaled to, so ε N; N = the largest |D_i| + |D^-|). "
+             "The paper (Fig. 8, ResNet-8 on CIFAR-10, 40 clients, λ = 0.01): 74.6% without noise, 70.8% at "
+             "ε = 0.04, δ = 1e-6.", ""]
+            + markdown_table(["ε", "paper's J: max %", "AUC", "ε spent", "code's C: max %", "AUC", "ε spent"], rows)
+            + [""])
+
+
+def claim_lines(results: dict) -> list[str]:
+    """Five seeds of the four methods the claim is about, and the differences paired by seed."""
+    acc = {(m, c): over_seeds(results, "claim", m, 0.01, c, CLAIM_SEEDS) for m in CLAIM_METHODS for c in RATES}
+    if not any(acc.values()):
+        return []
+    n = len(CLAIM_SEEDS)
+
+    def stat(v: list[float]) -> str:
+        return f"{np.mean(v):.1f} ± {np.std(v, ddof=1):.1f}" if len(v) == n else "n.a."
+
+    rows = [[METHODS[m][0], *(stat(acc[m, c]) for c in RATES)] for m in CLAIM_METHODS]
+    for a, b in (("fedaux", "feddf_p"), ("fedaux_code", "feddf_p"), ("feddf_p", "feddf")):
+        cells = []
+        for c in RATES:
+            if len(acc[a, c]) == len(acc[b, c]) == n:
+                d = np.subtract(acc[a, c], acc[b, c])
+                cells.append(f"{d.mean():+.1f} ± {d.std(ddof=1):.1f}, {int((d > 0).sum())} of {n}")
+            else:
+                cells.append("n.a.")
+        rows.append([f"{METHODS[a][0]} − {METHODS[b][0]}", *cells])
+    return ([f"## The claim at α = 0.01 with {n} seeds on one machine", "",
+             f"Maximum accuracy over 15 rounds, %, mean ± std over seeds {CLAIM_SEEDS[0]}-{CLAIM_SEEDS[-1]} (the "
+             "model init, the sampling and pre-training; the split is the same). The last rows pair the runs by "
+             "seed: the mean difference ± its std, and in how many seeds the first method was higher.", ""]
+            + markdown_table(["", *(f"C={c:g}" for c in RATES)], rows) + [""])
+
+
+def lambda_run(results: dict, lam: float, eps: float, seed: int) -> dict | None:
+    return results.get(f"lambda/fedaux/{PRIVACY_ALPHA:g}/{PRIVACY_RATE:g}/{seed}/{eps:g}/{lam:g}")
+
+
+def lambda_lines(results: dict, meta: dict) -> list[str]:
+    if not any(r["experiment"] == "lambda" for r in results.values()):
+        return []
+    rows = []
+    for lam in LAMBDAS:
+        row = [f"{lam:g}"]
+        for eps in LAMBDA_EPSILONS:
+            rs = [r for s in SEEDS if (r := lambda_run(results, lam, eps, s))]
+            aucs = [r["history"][0]["score_auc"] for r in rs if r["history"][0].get("score_auc") is not None]
+            row += [mean_spread([best(r) for r in rs]),
+                    f"{np.mean(aucs):.2f}" if aucs else "n.a.",
+                    f"{np.mean([r['history'][0]['score_std'] for r in rs]):.3f}" if rs else "n.a."]
+        rows.append(row)
+    ref = {m: mean_spread(over_seeds(results, "table71", m, PRIVACY_ALPHA, PRIVACY_RATE))
+           for m in ("feddf_p", "fedaux_code")}
+    return ([f"## λ sweep: FedAUX with the paper's J at α = {PRIVACY_ALPHA:g}, C = {PRIVACY_RATE:g}, δ = 1e-5", "",
+             f"Max accuracy % ({len(SEEDS)} seeds, mean ± half the range), the scores' AUC and their spread (std) over "
+             "the distillation set, both averaged over the clients and the seeds. A smaller λ lets ||w_i|| grow, but the "
+             "noise of Alg. 14 grows as 1/λ too. For reference at the same α and C: FedDF+P "
+             f"{ref['feddf_p']}, FedAUX with the code's C = 1/λ (J at λ/N, about 0.1/3,750 = 2.7e-5, "
+             f"without the matching noise) {ref['fedaux_code']}.", ""]
+            + markdown_table(["λ", "ε = 0.1: max %", "AUC", "score std", "no noise: max %", "AUC", "score std"], rows)
+            + [""] + lambda_machine_lines(results, meta))
+
+
+def lambda_machine_lines(results: dict, meta: dict) -> list[str]:
+    """Where the sweep ran, and how its lambda-0.1 row compares with the same runs in the grid."""
+    invocations = {tuple(i["only"]): i for i in meta.get("invocations", [])}
+    here, grid = invocations.get(("lambda",), {}), invocations.get((), {})
+    if not here.get("cpu") or here.get("cpu") == grid.get("cpu"):
+        return []
+    again = [best(r) for s in SEEDS if (r := lambda_run(results, 0.1, 0.1, s))]
+    before = over_seeds(results, "table71", "fedaux", PRIVACY_ALPHA, PRIVACY_RATE)
+    return [f"The sweep ran on another machine ({here['cpu']}) than the grid above ({grid.get('cpu', 'not recorded')}). "
+            f"Its λ = 0.1, ε = 0.1 row repeats the grid's FedAUX at α = {PRIVACY_ALPHA:g}, C = {PRIVACY_RATE:g} with "
+            f"the same seeds: {listing([f'{v:.1f}' for v in again])} here against "
+            f"{listing([f'{v:.1f}' for v in before])} there. A run repeats bit for bit on one machine, but the last "
+            "bits of float arithmetic differ between processors; they change h_0 and the first round's teachers, and at "
+            "α = 0.01 that moves the maximum by about as much as another seed does.", ""]
+
+
+def mixed_lines(results: dict) -> list[str]:
+    t = [r for r in results.values() if r["experiment"] == "mixed"]
+    if not t:
+        return []
+    archs = list(t[0]["architectures"])
+    rows = []
+    for m in MIXED_METHODS:
+        for a in ALPHAS:
+            r = first(results, "mixed", m, a, 0.4)
+            rows.append([METHODS[m][0], f"{a:g}", *(f"{best(r, f'accuracy/{x}'):.1f}" if r else "n.a." for x in archs),
+                         f"{best(r):.1f}" if r else "n.a."])
+    return (["## Mixed: three architectures, max accuracy %", "",
+             "7 LogReg, 7 MLP and 6 one-layer LSTM-64 clients (FedAUX: a third each of ResNet-8, MobileNetV2, "
+             "ShuffleNet), C = 0.4, seed 0; one h_0 and one server model per architecture, every model distilled "
+             "from all participants. The paper gives no numbers, only FedAUX ≥ FedDF+P > FedDF. LogReg has no "
+             "feature extractor: its h_0 is the identity and it scores on raw pixels. Overall: the client-weighted "
+             "mean of the three models' accuracies.", ""]
+            + markdown_table(["method", "α", *archs, "overall"], rows) + [""])
+
+
+COLOURS = {"fedavg": "tab:blue", "fedprox": "tab:cyan", "feddf": "tab:green", "fedbe": "tab:purple",
+           "fedaux": "tab:red", "fedaux_code": "black"}
+
+
+def plot(results: dict, path: Path) -> None:
+    fig, axes = figure(2, 4, figsize=(20, 8))
+    for ax, (alpha, rate) in zip(axes[0], ((0.01, 0.4), (100.0, 0.4), (0.01, 0.8))):
+        for m, (label, _) in METHODS.items():
+            r = first(results, "table71", m, alpha, rate)
+            if r:
+                ax.plot([h["round"] for h in r["history"]], [h["accuracy"] for h in r["history"]],
+                        color=COLOURS[m.removesuffix("_p")], ls="--" if m.endswith("_p") else "-", label=label)
+        ax.set(title=f"α = {alpha:g}, C = {rate:g}, seed 0", xlabel="round", ylabel="test accuracy")
+        ax.grid(alpha=0.3)
+    axes[0][0].legend(fontsize=7, ncol=2)
+    ax = axes[1][0]
+    for m in ("fedaux", "fedaux_code"):
+        pts = [(e, best(r)) for e in EPSILONS
+               if (r := results.get(f"privacy/{m}/{PRIVACY_ALPHA:g}/{PRIVACY_RATE:g}/0/{e:g}"))]
+        if pts:
+            ax.plot([1e3 if math.isinf(e) else e for e, _ in pts], [v for _, v in pts], marker="o",
+                    color=COLOURS[m], label=METHODS[m][0])
+    ax.set(xscale="log", title="privacy sweep (1e3 = no noise)", xlabel="ε", ylabel="max accuracy %")
+    ax.grid(alpha=0.3), ax.legend(fontsize=7)
+    ax = axes[1][1]
+    for m in ONESHOT_METHODS:
+        pts = [(a, final(r)) for a in ONESHOT_ALPHAS if (r := first(results, "oneshot", m, a, 1.0))]
+        if pts:
+            ax.plot([a for a, _ in pts], [v for _, v in pts], marker="o", color=COLOURS[m.removesuffix("_p")],
+                    ls="--" if m.endswith("_p") else "-", label=METHODS[m][0])
+    ax.set(xscale="log", title="one-shot (1 round, E = 10)", xlabel="α", ylabel="accuracy %")
+    ax.grid(alpha=0.3), ax.legend(fontsize=7)
+    ax = axes[1][2]
+    for m in ("fedaux", "fedaux_code"):
+        r = first(results, "table71", m, 0.01, 0.4)
+        if r and r["history"][0].get("weighted") is not None:
+            rounds = [h["round"] for h in r["history"]]
+            ax.plot(rounds, [h["weighted"] for h in r["history"]], color=COLOURS[m], label=f"{METHODS[m][0]}, weighted")
+            ax.plot(rounds, [h["ensemble"] for h in r["history"]], color=COLOURS[m], ls=":", label="unweighted")
+    ax.set(title="teacher ensemble, α = 0.01, C = 0.4", xlabel="round", ylabel="test accuracy")
+    ax.grid(alpha=0.3), ax.legend(fontsize=7)
+    for ax, (what, label) in zip((axes[0][3], axes[1][3]), (("auc", "scores' AUC"), ("acc", "max accuracy %"))):
+        for eps, ls in zip(LAMBDA_EPSILONS, ("-", ":")):
+            pts = []
+            for lam in LAMBDAS:
+                rs = [r for s in SEEDS if (r := lambda_run(results, lam, eps, s))]
+                if rs:
+                    pts.append((lam, np.mean([r["history"][0]["score_auc"] if what == "auc" else best(r) for r in rs])))
+            if pts:
+                ax.plot(*zip(*pts), marker="o", color=COLOURS["fedaux"], ls=ls,
+                        label="no noise" if math.isinf(eps) else f"ε = {eps:g}")
+        ref = over_seeds(results, "table71", "feddf_p", PRIVACY_ALPHA, PRIVACY_RATE)
+        if what == "acc" and ref:
+            ax.axhline(np.mean(ref), color=COLOURS["feddf"], ls="--", label="FedDF+P")
+        if pts:
+            ax.legend(fontsize=7)
+        ax.set(xscale="log", title=f"FedAUX, paper's J: λ sweep, α = 0.01, C = 0.4", xlabel="λ", ylabel=label)
+        ax.grid(alpha=0.3)
+    save_figure(fig, path, title="FedAUX on Fashion-MNIST (dashed: +P)")
+
+
+def write_outputs(results: dict, meta: dict, out: Path) -> None:
+    lines = (header_lines(meta, results) + table71_lines(results) + oneshot_lines(results) + privacy_lines(results)
+             + claim_lines(results) + lambda_lines(results, meta) + mixed_lines(results))
+    out.with_suffix(".md").write_text("\n".join(lines) + "\n")
+    plot(results, out.with_suffix(".png"))
