@@ -158,8 +158,8 @@ def target_report(run_dir: str | Path, target: Optional[float] = None, tag: str 
 def plot_runs(run_dirs: list[str | Path], out: str | Path, tag: str = "eval/accuracy",
               x_axis: str = "round", labels: Optional[list[str]] = None) -> Path:
     """Draw ``tag`` of several runs against rounds or cumulative MB uploaded
-    (:func:`fedray.figures.curves_figure`) into a PNG (or another format matplotlib writes, by the
-    suffix of ``out``: :func:`fedray.figures.plot_file`); returns the file written."""
+    (:func:`fedray.figures.curves_figure`) into a PNG, or another format by the suffix of ``out``
+    (:func:`fedray.figures.plot_file` checks it); returns the file written."""
     if x_axis not in ("round", "mb_up"):
         raise ValueError(f"x axis must be 'round' or 'mb_up', got {x_axis!r}")
     out = plot_file(out)
