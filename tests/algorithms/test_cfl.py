@@ -14,7 +14,8 @@ import torch
 
 from fedray.algorithms import ServerContext
 from fedray.algorithms.base import VirtualClient
-from fedray.clients import model_builder, run_task
+from fedray.clients import run_task
+from fedray.models import model_builder
 from fedray.config import ConfigError, build_config
 from fedray.data.datasets import load_dataset
 from fedray.experiment import resolve
@@ -167,7 +168,7 @@ def two_clients(data, congruent, n=100, **params):
     config = build_config({"federation": {"num_clients": 2, "clients_per_round": 2, "architectures": {"mlp": 2}},
                            "training": {"lr": 0.3, "batch_size": n, "epochs": 1},
                            "algorithm": {"name": "cfl", **params}})
-    build = model_builder(config, data.input_shape, data.num_classes)
+    build = model_builder(config.federation.model_options, data.input_shape, data.num_classes)
     specs = [ClientSpec(i, "mlp", np.arange(n)) for i in range(2)]
     method = resolve(config)
     strategy = method.make_strategy(ServerContext(config, specs, build))
@@ -239,7 +240,7 @@ def test_robust_cfl_removes_every_adversary_and_no_benign_client(tmp_path, adver
     """Table 6.2's setting scaled to 20 clients (6 adversaries): label-flip clients share a distribution
     and leave in one split, each Byzantine client needs its own, clean data never splits. (Noisy
     clients need more data per client to separate: scripts/repro_cfl.py shows them.)"""
-    from fedray.clients import LocalExecutor
+    from fedray.assembly import assemble
     from fedray.federation import Federation
 
     config = build_config({
@@ -250,7 +251,7 @@ def test_robust_cfl_removes_every_adversary_and_no_benign_client(tmp_path, adver
         "training": {"lr": 0.1, "batch_size": 100, "epochs": 1},
         "algorithm": {"name": "cfl", "byzantine": True, "norm_criteria": False, "alpha_thresh": 0.02},
         "runtime": {"backend": "local", "torch_threads": 1}, "checkpoint_every": 1000})
-    fed = Federation(config, tmp_path, LocalExecutor)
+    fed = Federation(assemble(config), tmp_path)
     history = [fed.run_round().metrics for _ in range(rounds)]
     summary = fed.finish()
     bad = sorted(c.client_id for c in fed.strategy.ctx.clients if c.role != "benign")

@@ -2,8 +2,8 @@
 
 import numpy as np
 
-from fedray.clients import LocalExecutor
 from fedray.config import build_config
+from fedray.assembly import assemble
 from fedray.federation import Federation
 
 
@@ -17,7 +17,7 @@ def digits(algorithm, rounds=8):
 
 
 def run(config, path):
-    fed = Federation(config, path, LocalExecutor)
+    fed = Federation(assemble(config), path)
     last = [fed.run_round() for _ in range(config.federation.rounds)][-1]
     return fed, last
 
@@ -60,6 +60,6 @@ def test_warmup_schedule_and_clipping_by_hand():
 
 def test_warmup_sends_denser_updates_first(tmp_path):
     config = digits({"name": "dgc", "p_up": 0.001, "warmup_rounds": 4, "clip_norm": 1.0}, rounds=6)
-    fed = Federation(config, tmp_path, LocalExecutor)
+    fed = Federation(assemble(config), tmp_path)
     up = [fed.run_round().metrics["comm/bytes_up"] for _ in range(6)]
     assert up[0] > 4 * up[2] > 0 and up[4] < up[2]  # 25% of the entries, then 1.56%, then 0.1%

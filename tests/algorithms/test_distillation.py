@@ -4,15 +4,15 @@ import numpy as np
 import pytest
 import torch
 
-import fedray.federation as federation_module
-from fedray.clients import LocalExecutor
+import fedray.assembly as assembly_module
 from fedray.algorithms.feddf import WeightsAndLogits
 from fedray.config import ConfigError, build_config
 from fedray.experiment import resolve
 from fedray.data.auxiliary import carve_aux
 from fedray.data.datasets import load_dataset
 from fedray.distill.soft_labels import decode_soft_labels
-from fedray.federation import Federation, load_data
+from fedray.assembly import assemble, load_data
+from fedray.federation import Federation
 from fedray.messages import ClientFailure, ClientUpdate
 
 
@@ -32,7 +32,7 @@ def config(algorithm, rounds=2, **extra):
 
 
 def run(cfg, run_dir, rounds=None):
-    fed = Federation(cfg, run_dir, LocalExecutor)
+    fed = Federation(assemble(cfg), run_dir)
     return fed, [fed.run_round().metrics for _ in range(rounds or cfg.federation.rounds)]
 
 
@@ -67,7 +67,7 @@ def test_labels_of_aux_samples_are_never_used(tmp_path, monkeypatch):
 
     cfg = config({"name": "feddf", "distill": {"lr": 1e-3}})
     clean, _ = run(cfg, tmp_path / "clean")
-    monkeypatch.setattr(federation_module, "load_dataset", scrambled)
+    monkeypatch.setattr(assembly_module, "load_dataset", scrambled)
     dirty, _ = run(cfg, tmp_path / "dirty")
     assert_same_models(clean.strategy.models, dirty.strategy.models)
 
@@ -117,7 +117,7 @@ def test_feddf_distils_every_architecture_from_all_clients_and_counts_the_logits
 
 
 def test_fedbe_samples_a_diagonal_gaussian_around_the_weighted_mean(tmp_path):
-    fed = Federation(config({"name": "fedbe", "samples": 400}, 1), tmp_path, LocalExecutor)
+    fed = Federation(assemble(config({"name": "fedbe", "samples": 400}, 1)), tmp_path)
     base = fed.strategy.models["logreg"]
     a = {k: v + 1.0 for k, v in base.items()}
     b = {k: v - 1.0 for k, v in base.items()}  # with |D| 1 and 3: mean base - 0.5, std sqrt(3)/2
@@ -163,7 +163,7 @@ def test_cfd_uploads_one_bit_labels_that_decode_to_one_hot(tmp_path):
 
 
 def test_fd_delta_coding_decodes_to_the_clients_labels(tmp_path):
-    fed = Federation(config({"name": "cfd", "b_up": 2, "delta": True}, 3), tmp_path, LocalExecutor)
+    fed = Federation(assemble(config({"name": "cfd", "b_up": 2, "delta": True}, 3)), tmp_path)
     for _ in range(3):
         plan = fed.strategy.configure_round(fed.round + 1)
         updates = fed.executor.execute(plan)
@@ -181,7 +181,7 @@ def test_cfd_resumes_exactly(tmp_path):
     cfg = config({"name": "cfd", "delta": True}, 4, checkpoint_every=2)
     whole, _ = run(cfg, tmp_path / "whole")
     split, _ = run(cfg, tmp_path / "split", rounds=2)
-    resumed = Federation(cfg, tmp_path / "split", LocalExecutor, resume=True)
+    resumed = Federation(assemble(cfg), tmp_path / "split", resume=True)
     resumed.run_round(), resumed.run_round()
     assert_same_models(whole.strategy.models, resumed.strategy.models)
     assert_same_models(whole.strategy.start, resumed.strategy.start)

@@ -6,9 +6,9 @@ import json
 import numpy as np
 import pytest
 
-from fedray.clients import LocalExecutor
 from fedray.config import ConfigError, build_config
 from fedray.experiment import resolve
+from fedray.assembly import assemble
 from fedray.federation import Federation
 from fedray.tracking import read_scalars
 from fedray.weights import nbytes
@@ -31,7 +31,7 @@ def config(tmp_path, algorithm, rounds=2, **extra):
 
 
 def run(cfg, run_dir, rounds=None, **kwargs):
-    fed = Federation(cfg, run_dir, LocalExecutor, **kwargs)
+    fed = Federation(assemble(cfg), run_dir, **kwargs)
     return fed, [fed.run_round().metrics for _ in range(rounds or cfg.federation.rounds)]
 
 
@@ -49,11 +49,11 @@ def test_preparation_scores_every_client_once_and_counts_its_bytes(tmp_path):
     s = fed.strategy
     assert sorted(s.scores) == list(range(6))  # all clients, not only a round's sample (Alg. 14)
     assert all(v.shape == (300,) and v.min() > 0 and v.max() <= 1 + 1e-8 for v in s.scores.values())
-    assert all(v.shape == (len(fed.data.test_y),) for v in s.test_scores.values())
+    assert all(v.shape == (len(fed.experiment.data.test_y),) for v in s.test_scores.values())
     scalars = read_scalars(tmp_path / "run")
     # round 0: each client downloads its architecture's h_0 and h_0(D^-) (100 negatives), uploads w_i and gamma_i
-    down = sum(nbytes(s.ctx.initial(c.arch)) + 100 * s.work_model(c.arch).feature_dim * 4 for c in fed.clients)
-    up = sum(s.work_model(c.arch).feature_dim * 8 + 8 for c in fed.clients)  # float64 w and gamma
+    down = sum(nbytes(s.ctx.initial(c.arch)) + 100 * s.work_model(c.arch).feature_dim * 4 for c in fed.experiment.clients)
+    up = sum(s.work_model(c.arch).feature_dim * 8 + 8 for c in fed.experiment.clients)  # float64 w and gamma
     assert dict(scalars["comm/bytes_down"])[0] == down and dict(scalars["comm/bytes_up"])[0] == up
     assert dict(scalars["privacy/epsilon"])[0] == pytest.approx(10) and dict(scalars["privacy/delta"])[0] == pytest.approx(1e-5)
     assert dict(scalars["fedaux/score_auc"])[0] > 0.6  # clients score their own classes' test inputs higher
@@ -72,7 +72,7 @@ def test_the_codes_regularisation_spreads_the_scores_and_reports_its_true_epsilo
               (("paper", paper), ("code", code))}
     assert spread["code"] > 4 * spread["paper"], spread
     # its sensitivity is 2/lambda, N times what the noise is scaled to: eps N, N the largest |D_i| + |D^-|
-    n_max = max(len(c.indices) for c in code.clients) + len(code.data.negatives_x)
+    n_max = max(len(c.indices) for c in code.experiment.clients) + len(code.experiment.data.negatives_x)
     assert code.strategy.epsilon == pytest.approx(10.0 * n_max) and paper.strategy.epsilon == 10.0
 
 
@@ -90,8 +90,8 @@ def test_scores_survive_resume_and_the_run_repeats_exactly(tmp_path):
     cfg = config(tmp_path, {"name": "fedaux", "distill": {"lr": 1e-3}}, rounds=3, checkpoint_every=1)
     whole, _ = run(cfg, tmp_path / "whole")
     part, _ = run(cfg, tmp_path / "part", rounds=2)
-    part.writer.close()
-    resumed = Federation(cfg, tmp_path / "part", LocalExecutor, resume=True)
+    part.finish()
+    resumed = Federation(assemble(cfg), tmp_path / "part", resume=True)
     assert resumed.strategy.scores.keys() == whole.strategy.scores.keys()
     resumed.run_round()
     for arch in whole.strategy.models:
@@ -117,11 +117,11 @@ def test_the_pretraining_cache_is_hit_on_the_second_run(tmp_path):
     cfg = config(tmp_path, "feddf", rounds=1)
     first, _ = run(cfg, tmp_path / "a")
     second, _ = run(cfg, tmp_path / "b")
-    assert all(not info["cached"] for info in first.pretrained.values())
-    assert all(info["cached"] for info in second.pretrained.values())
-    assert second.pretrained["mlp"]["seconds"] < first.pretrained["mlp"]["seconds"]
-    for arch in first.initial:
-        for name, value in first.initial[arch].items():
-            np.testing.assert_array_equal(value, second.initial[arch][name])
+    assert all(not info["cached"] for info in first.experiment.pretrained.values())
+    assert all(info["cached"] for info in second.experiment.pretrained.values())
+    assert second.experiment.pretrained["mlp"]["seconds"] < first.experiment.pretrained["mlp"]["seconds"]
+    for arch in first.experiment.initial:
+        for name, value in first.experiment.initial[arch].items():
+            np.testing.assert_array_equal(value, second.experiment.initial[arch][name])
     other, _ = run(config(tmp_path, "feddf", rounds=1, seed=1), tmp_path / "c")  # another seed: a miss
-    assert not other.pretrained["mlp"]["cached"]
+    assert not other.experiment.pretrained["mlp"]["cached"]

@@ -90,7 +90,7 @@ def test_feddistill_runs_share_what_they_should(tmp_path):
     assert results[-1].metrics["comm/bytes_up"] == 5 * (10 * 10 * 4 + 10 * 8)  # 5 users: logits and counts only
     assert "model/mlp" not in fed.strategy.configure_round(4).broadcast
     assert results[-1].metrics["eval/accuracy"] > 0.3  # each user's own model, scored on all ten digits
-    held = [fed.counts[cid] > 0 for cid, _, _ in fed.strategy.scored]  # and on test samples of the labels it holds
+    held = [fed.experiment.counts[cid] > 0 for cid, _, _ in fed.strategy.scored]  # and on test samples of the labels it holds
     scores = [fed.evaluate_model(arch, w, per_class=True) for _, arch, w in fed.strategy.scored]
     assert len(scores) == 5 and results[-1].metrics["eval/personal_accuracy"] == (
         sum(s["class_correct"][h].sum() for s, h in zip(scores, held)) / sum(s["class_total"][h].sum() for s, h in zip(scores, held)))

@@ -9,13 +9,13 @@ import torch
 import torch.nn.functional as F
 
 from fedray.algorithms.base import VirtualClient
-from fedray.algorithms.fedavg import personal_accuracy
 from fedray.algorithms.fedgen import FedGenUpload, seen_labels
-from fedray.clients import LocalExecutor
+from fedray.algorithms.head_sharing import personal_accuracy
 from fedray.config import ConfigError, build_config
 from fedray.distill.generator import (Generator, diversity_loss, draw_labels, draw_noise, head_logits, teacher_loss,
                                       train_generator)
 from fedray.experiment import resolve
+from fedray.assembly import assemble
 from fedray.federation import Federation
 from fedray.messages import ClientSpec, ClientTask, ClientUpdate
 from fedray.models import create_model
@@ -135,10 +135,10 @@ def test_alpha_zero_is_fedavg_bit_for_bit(tmp_path):
     def final(algorithm, path):
         cfg = digits(algorithm["name"], 3, federation={"model_options": {"mlp": {"hidden": [32, 16]}}})
         cfg = build_config({**cfg.to_dict(), "algorithm": algorithm})
-        fed = Federation(cfg, path, LocalExecutor)
+        fed = Federation(assemble(cfg), path)
         for _ in range(3):
             fed.run_round()
-        fed.writer.close()
+        fed.finish()
         return fed.strategy.models["mlp"]
 
     plain = final({"name": "fedavg"}, tmp_path / "a")
@@ -184,7 +184,7 @@ def test_sharing_only_the_head_keeps_each_feature_extractor_at_home(tmp_path, na
     and the score is each round's clients' own extractor under the new global head."""
     cfg = digits(name, 3, federation={"model_options": {"mlp": {"hidden": [32, 16]}}})
     cfg = build_config({**cfg.to_dict(), "algorithm": {"name": name, "share": "head"}})
-    fed = Federation(cfg, tmp_path, LocalExecutor)
+    fed = Federation(assemble(cfg), tmp_path)
     results = [fed.run_round() for _ in range(3)]
     head = 16 * 10 * 4 + 10 * 4  # classifier.weight and .bias, float32
     extra_up = 10 * 8 if name == "fedgen" else 0  # FedGen's label counts
@@ -205,10 +205,10 @@ def test_sharing_only_the_head_keeps_each_feature_extractor_at_home(tmp_path, na
     test_y = fed.strategy.ctx.test_y
     correct = total = 0
     for cid, arch, body in fed.strategy.bodies:
-        model = fed._build(arch)
+        model = fed.experiment.build(arch)
         set_weights(model, {**body, **head_now})
-        held = np.flatnonzero(fed.counts[cid])
-        assert fed.counts[cid].sum() == fed.clients[cid].num_samples
+        held = np.flatnonzero(fed.experiment.counts[cid])
+        assert fed.experiment.counts[cid].sum() == fed.experiment.clients[cid].num_samples
         mine = np.isin(test_y, held)
         with torch.no_grad():
             predicted = model.eval()(torch.from_numpy(fed.strategy.ctx.test_x[mine])).argmax(1).numpy()
@@ -238,7 +238,7 @@ def test_table4_baselines_broadcast_only_heads_and_keep_each_feature_extractor_a
                                 "distill": {"steps": 5}}}[name]
     cfg = digits("fedavg", 3, federation={"model_options": {"mlp": {"hidden": [32, 16]}}}, aux={"size": 200})
     cfg = build_config({**cfg.to_dict(), "algorithm": algorithm})
-    fed = Federation(cfg, tmp_path, LocalExecutor)
+    fed = Federation(assemble(cfg), tmp_path)
     results = [fed.run_round() for _ in range(3)]
     initial = fed.strategy.ctx.initial("mlp")
     head_keys = ("classifier.weight", "classifier.bias")
@@ -267,7 +267,10 @@ def test_table4_baselines_broadcast_only_heads_and_keep_each_feature_extractor_a
 @pytest.mark.parametrize("algorithm, message", [
     ({"name": "feddistill", "share": "head"}, "share: head needs share_models: true"),
     ({"name": "fedbe", "share": "head"}, "fedbe needs whole models; share: head is for fedavg, feddf, feddistill, fedgen, fedmmd, fedprox$"),
-    ({"name": "fedaux", "share": "head"}, "fedaux needs whole models")])
+    ({"name": "fedaux", "share": "head"}, "fedaux needs whole models"),
+    ({"name": "central", "share": "head"}, "central needs whole models; share: head is for fedavg, "),
+    ({"name": "fedopt", "share": "all"}, "fedopt needs whole models"),
+    ({"name": "stc", "share": "head"}, "^bad config value algorithm.share: stc needs whole models; share: head is for ")])
 def test_share_head_is_refused_where_a_method_needs_whole_models(algorithm, message):
     cfg = digits("fedavg", 1, aux={"size": 200})
     with pytest.raises(ConfigError, match=message):

@@ -4,9 +4,9 @@ import numpy as np
 import torch
 
 from fedray.algorithms.signsgd import VoteTotal
-from fedray.clients import LocalExecutor
 from fedray.compression import CodedUpdate, decode_tensor, encode_tensor, golomb
 from fedray.config import build_config
+from fedray.assembly import assemble
 from fedray.federation import Federation
 from fedray.messages import ClientSpec, ClientUpdate
 from tests.support import make_strategy
@@ -52,7 +52,7 @@ def digits(rounds):
 
 
 def test_learns_and_downloads_cost_log2_2s_plus_1_bits(tmp_path):
-    fed = Federation(digits(60), tmp_path, LocalExecutor)
+    fed = Federation(assemble(digits(60)), tmp_path)
     results = [fed.run_round() for _ in range(60)]
     assert results[-1].metrics["eval/accuracy"] > 0.90  # measured 0.95; chance 0.10
     plan = fed.strategy.configure_round(61)
@@ -71,13 +71,13 @@ def test_learns_and_downloads_cost_log2_2s_plus_1_bits(tmp_path):
 
 
 def test_resume_matches_uninterrupted_run(tmp_path):
-    whole = Federation(digits(6), tmp_path / "a", LocalExecutor)
+    whole = Federation(assemble(digits(6)), tmp_path / "a")
     for _ in range(6):
         whole.run_round()
-    part = Federation(digits(3), tmp_path / "b", LocalExecutor)
+    part = Federation(assemble(digits(3)), tmp_path / "b")
     for _ in range(3):
         part.run_round()
-    resumed = Federation(digits(6), tmp_path / "b", LocalExecutor, resume=True)
+    resumed = Federation(assemble(digits(6)), tmp_path / "b", resume=True)
     for _ in range(3):
         resumed.run_round()
     for name, value in whole.strategy.models["mlp"].items():

@@ -4,9 +4,9 @@ import numpy as np
 import pytest
 import torch
 
-from fedray.clients import LocalExecutor
 from fedray.compression import CodedUpdate, encode_tensor
 from fedray.config import build_config
+from fedray.assembly import assemble
 from fedray.federation import Federation
 from fedray.messages import ClientFailure, ClientSpec, ClientUpdate
 from tests.support import make_strategy
@@ -62,7 +62,7 @@ def test_without_compression_it_is_fedavg(tmp_path):
     def final(name, **params):
         tree = digits(6).to_dict()
         tree["algorithm"] = {"name": name, **params}
-        fed = Federation(build_config(tree), tmp_path / name, LocalExecutor)
+        fed = Federation(assemble(build_config(tree)), tmp_path / name)
         for _ in range(6):
             fed.run_round()
         return fed.strategy.models["mlp"]
@@ -72,7 +72,7 @@ def test_without_compression_it_is_fedavg(tmp_path):
 
 
 def test_residuals_survive_skipped_rounds_and_resume(tmp_path):
-    fed = Federation(digits(8), tmp_path / "a", LocalExecutor)
+    fed = Federation(assemble(digits(8)), tmp_path / "a")
     seen = {}
     for _ in range(8):
         plan_clients = {c.client_id for c in fed.strategy.sample_clients(fed.round + 1)}
@@ -86,10 +86,10 @@ def test_residuals_survive_skipped_rounds_and_resume(tmp_path):
                 seen[cid] = True
     assert seen, "some client with a residual must have skipped a round"
     whole = fed.strategy.models["mlp"]
-    part = Federation(digits(4), tmp_path / "b", LocalExecutor)
+    part = Federation(assemble(digits(4)), tmp_path / "b")
     for _ in range(4):
         part.run_round()
-    resumed = Federation(digits(8), tmp_path / "b", LocalExecutor, resume=True)
+    resumed = Federation(assemble(digits(8)), tmp_path / "b", resume=True)
     for _ in range(4):
         resumed.run_round()
     for name in whole:
@@ -101,11 +101,11 @@ def test_residuals_survive_skipped_rounds_and_resume(tmp_path):
 
 
 def test_missed_rounds_are_downloaded_as_cached_updates_or_the_model(tmp_path):
-    fed = Federation(digits(6), tmp_path, LocalExecutor)
+    fed = Federation(assemble(digits(6)), tmp_path)
     for _ in range(5):
         fed.run_round()
     s = fed.strategy
-    cid = next(c.client_id for c in fed.clients if s.cache.last_synced(c.client_id) < 4)
+    cid = next(c.client_id for c in fed.experiment.clients if s.cache.last_synced(c.client_id) < 4)
     downloads = s._downloads(cid, "mlp", 6)
     missed = range(s.cache.last_synced(cid) + 1, 6)
     assert list(downloads) == [f"delta/mlp/{r}" for r in missed]  # sparse updates are far cheaper than the model
@@ -115,12 +115,12 @@ def test_missed_rounds_are_downloaded_as_cached_updates_or_the_model(tmp_path):
 
 
 def test_a_client_out_of_sync_is_caught(tmp_path):
-    fed = Federation(digits(3), tmp_path, LocalExecutor)
+    fed = Federation(assemble(digits(3)), tmp_path)
     fed.run_round()
     cid = next(iter(fed.strategy.cache.synced))
     theta = fed.executor.host.clients[cid].state["theta"]
     theta[next(iter(theta))] += 1.0
-    fed.strategy.sample_clients = lambda r: [c for c in fed.clients if c.client_id == cid]
+    fed.strategy.sample_clients = lambda r: [c for c in fed.experiment.clients if c.client_id == cid]
     with pytest.raises(ClientFailure, match="during download: OutOfSync: model copy is out of sync"):
         fed.run_round()
 
@@ -133,7 +133,7 @@ def test_fashion_mnist_learns_with_50x_fewer_upstream_bits_than_fedavg(tmp_path)
                            "architectures": {"logreg": 20}, "eval_every": 25},
             "training": {"lr": 0.1, "batch_size": 20, "steps": 10},
             "algorithm": algorithm, "runtime": {"backend": "local", "torch_threads": 1}})
-        fed = Federation(config, tmp_path / algorithm["name"], LocalExecutor)
+        fed = Federation(assemble(config), tmp_path / algorithm["name"])
         return [fed.run_round().metrics for _ in range(25)][-1]
     fedavg = run({"name": "fedavg"})
     compressed = run({"name": "stc", "p_up": 0.01, "p_down": 0.01})
