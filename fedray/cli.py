@@ -121,7 +121,8 @@ def _report(args) -> int:
 
 
 def _plot(args) -> int:
-    from fedray.tracking import plot_file, plot_runs
+    from fedray.figures import plot_file
+    from fedray.tracking import plot_runs
 
     labels = args.labels.split(",") if args.labels else None
     if labels and len(labels) != len(args.run_dirs):

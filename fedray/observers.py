@@ -28,9 +28,9 @@ from typing import TYPE_CHECKING, Any, ClassVar, Optional
 
 import numpy as np
 
-from fedray.data import partition_figure
+from fedray.figures import partition_figure, render
 from fedray.messages import ClientUpdate, RoundPlan
-from fedray.tracking import RunWriter, render
+from fedray.tracking import RunWriter
 from fedray.weights import all_finite, nbytes
 
 if TYPE_CHECKING:

@@ -21,8 +21,6 @@ from torch.utils.tensorboard import SummaryWriter
 from torch.utils.tensorboard.summary import hparams
 
 from fedray.figures import curves_figure, plot_file
-# drawn in fedray.figures; imported from here by observers.py until issue 31's rewrite
-from fedray.figures import render  # noqa: F401
 
 
 def flatten(tree: dict[str, Any], prefix: str = "") -> dict[str, Any]:

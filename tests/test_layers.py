@@ -1,5 +1,5 @@
 """The floor plan holds: the core (``fedray/``) never reaches up, the Ray backend (``actors/``) uses
-the core's public seams only, and no module of either imports itself in a circle.
+the core's public seams only, no module of either imports itself in a circle, and one module draws.
 
 Every import of every module is read from its syntax tree, so an import inside a function counts
 as much as one at the top (``if TYPE_CHECKING:`` imports, which never run, count for the layers
@@ -60,6 +60,14 @@ def test_the_core_imports_neither_ray_nor_the_backend_nor_the_harness():
              for target, line, _ in imports(name, path, known)
              if target.split(".")[0] in ("ray", "actors", "scripts", "tests") or target.startswith(HARNESS)]
     assert not wrong, "\n".join(wrong)
+
+
+def test_figures_are_drawn_in_one_module():
+    known = modules()
+    drawing = sorted(f"{path.relative_to(ROOT)}:{line}" for name, path in known.items()
+                     for target, line, _ in imports(name, path, known) if target.split(".")[0] == "matplotlib"
+                     and name != "fedray.figures")
+    assert not drawing, f"matplotlib is imported outside fedray/figures.py: {drawing}"
 
 
 def test_the_ray_backend_uses_the_core_seams_only():

@@ -27,8 +27,6 @@ from fedray.data.partition import (
     sinkhorn,
 )
 
-# drawn in fedray.figures; imported from here by observers.py until issue 31's rewrite
-from fedray.figures import partition_figure  # noqa: F401
 
 __all__ = [
     "DATASETS",
