@@ -28,8 +28,8 @@ from concurrent.futures import ProcessPoolExecutor, as_completed
 from pathlib import Path
 from typing import Any, Callable, Hashable, Iterable, Optional
 
-from fedray.clients import LocalExecutor
 from fedray.config import Config
+from fedray.assembly import assemble
 from fedray.federation import Federation
 from fedray.messages import ClientSpec
 
@@ -69,7 +69,7 @@ def run_local(config: Config, record: Record | None = None, stop: Stop | None = 
     start = time.perf_counter()
     records = []
     with tempfile.TemporaryDirectory() as run_dir:
-        fed = Federation(config, run_dir, LocalExecutor, checkpoints=False)
+        fed = Federation(assemble(config), run_dir, checkpoints=False)
         for _ in range(config.federation.rounds):
             metrics = fed.run_round().metrics
             kept = record(fed, metrics) if record else metrics
@@ -78,7 +78,7 @@ def run_local(config: Config, record: Record | None = None, stop: Stop | None = 
             if stop is not None and stop(fed, metrics):
                 break
         summary = fed.finish()
-    return LocalRun(records, summary, time.perf_counter() - start, fed.clients)
+    return LocalRun(records, summary, time.perf_counter() - start, fed.experiment.clients)
 
 
 @dataclasses.dataclass
