@@ -14,7 +14,7 @@ import os
 import time
 from contextlib import ExitStack, contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Optional
+from typing import TYPE_CHECKING, Any, Callable, Optional, Sequence
 from unittest import mock
 
 import ray
@@ -32,6 +32,7 @@ from fedray.runner import RemoteError
 
 if TYPE_CHECKING:
     from fedray.experiment import Method
+    from fedray.observers import Observer
 
 
 class ServerActorDied(RuntimeError):
@@ -151,7 +152,8 @@ def lean_head(lean: bool = True, log_monitor: bool = False):
         yield
 
 
-def start_server(config: Config, method: Optional[Method], run_dir: Path, resume: bool):
+def start_server(config: Config, method: Optional[Method], run_dir: Path, resume: bool,
+                 observers: Sequence[Observer] = ()):
     """The started ServerActor, pinned to this node, with its own CPU/GPU request from the config
     (an actor's CPUs when it hosts clients, ``runtime.server_hosts_clients``). A server or client
     actors that the cluster's nodes cannot hold are a ConfigError first (``check_placement``)."""
@@ -161,7 +163,7 @@ def start_server(config: Config, method: Optional[Method], run_dir: Path, resume
     server = ray.remote(concurrency_groups=HOST_GROUPS)(ServerActor).options(
         num_cpus=rt.server_request(hosts), num_gpus=rt.server_gpus,
         scheduling_strategy=NodeAffinitySchedulingStrategy(node_id=here, soft=False),
-    ).remote(config, method, str(run_dir), resume, hosts)
+    ).remote(config, method, str(run_dir), resume, hosts, list(observers))
     try:
         unwrap(lambda: ray.get(server.start.remote()))
     except BaseException:
@@ -198,11 +200,12 @@ class RayBackend:
     def check(self, config: Config) -> None:
         check_ray(config)
 
-    def start(self, config: Config, method: Optional[Method], run_dir: Path, resume: bool) -> Stepper:
+    def start(self, config: Config, method: Optional[Method], run_dir: Path, resume: bool,
+              observers: Sequence[Observer] = ()) -> Stepper:
         with own_session():
             started = connect(config.runtime)
         try:
-            server = start_server(config, method, run_dir, resume)
+            server = start_server(config, method, run_dir, resume, observers)
         except BaseException:
             if started:  # the actors are ended: stop Ray before its exit hook streams their teardown
                 ray.shutdown()

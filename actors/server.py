@@ -11,7 +11,7 @@ waits for them, so a 2-core machine runs one torch process less.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Optional
+from typing import TYPE_CHECKING, Any, Optional, Sequence
 
 import ray
 
@@ -21,6 +21,7 @@ from fedray.messages import RoundResult
 
 if TYPE_CHECKING:
     from fedray.experiment import Method
+    from fedray.observers import Observer
     from fedray.federation import Federation
 
 
@@ -29,13 +30,14 @@ class ServerActor(HostActor):
     that do not fit) reaches the driver as an ordinary task error. Created with ``HOST_GROUPS``."""
 
     def __init__(self, config: Config, method: Optional[Method], run_dir: str, resume: bool = False,
-                 hosts_clients: bool = False):
+                 hosts_clients: bool = False, observers: Sequence[Observer] = ()):
         """Stores its arguments and starts the client actors' processes (``actors.client``), so they
         start while ``start`` imports torch and loads the data; a pool that does not fit is
-        reported by ``start``. ``hosts_clients``: this actor is one host of the pool."""
+        reported by ``start``. ``hosts_clients``: this actor is one host of the pool. ``observers``:
+        the user's, added to the round loop's (``fedray.observers``)."""
         from actors.client import ClientPool
 
-        self.args = (config, method, run_dir, resume)
+        self.args = (config, method, run_dir, resume, observers)
         self.federation: Federation | None = None
         me = ray.get_runtime_context().current_actor if hosts_clients else None
         try:
@@ -55,7 +57,7 @@ class ServerActor(HostActor):
         from fedray.experiment import resolve
         from fedray.federation import Federation
 
-        config, method, run_dir, resume = self.args
+        config, method, run_dir, resume, observers = self.args
         try:
             method = method or resolve(config)
             if self.launch_error is not None:
@@ -64,7 +66,7 @@ class ServerActor(HostActor):
             # and when the server hosts clients, ClientHost sets a client actor's in the host thread
             experiment = assemble(config, partial(RayExecutor, pool=self.pool), method=method,
                                   tree_factory=tree_actor_factory())
-            self.federation = Federation(experiment, run_dir, resume=resume)
+            self.federation = Federation(experiment, run_dir, resume=resume, observers=observers)
         except BaseException:
             if self.pool is not None:  # the run will not start: end its client actors now
                 self.pool.shutdown()

@@ -14,13 +14,14 @@ from __future__ import annotations
 import importlib
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Optional, Protocol
+from typing import TYPE_CHECKING, Any, Callable, Optional, Protocol, Sequence
 
 from fedray.config import Config
 from fedray.messages import RoundResult
 
 if TYPE_CHECKING:
     from fedray.experiment import Method
+    from fedray.observers import Observer
 
 
 @dataclass
@@ -38,8 +39,10 @@ class Backend(Protocol):
     def check(self, config: Config) -> None:
         """Raise ConfigError (one line) for what the backend cannot run, before anything starts."""
 
-    def start(self, config: Config, method: Optional[Method], run_dir: Path, resume: bool) -> Stepper:
-        """Start (or resume) the run in ``run_dir``; ``method`` None: resolved where the loop runs."""
+    def start(self, config: Config, method: Optional[Method], run_dir: Path, resume: bool,
+              observers: Sequence[Observer] = ()) -> Stepper:
+        """Start (or resume) the run in ``run_dir``; ``method`` None: resolved where the loop runs;
+        ``observers``: the user's, added to the loop's (``fedray.observers``)."""
 
 
 class LocalBackend:
@@ -48,11 +51,12 @@ class LocalBackend:
     def check(self, config: Config) -> None:
         pass
 
-    def start(self, config: Config, method: Optional[Method], run_dir: Path, resume: bool) -> Stepper:
+    def start(self, config: Config, method: Optional[Method], run_dir: Path, resume: bool,
+              observers: Sequence[Observer] = ()) -> Stepper:
         from fedray.assembly import assemble
         from fedray.federation import Federation
 
-        fed = Federation(assemble(config, method=method), run_dir, resume=resume)
+        fed = Federation(assemble(config, method=method), run_dir, resume=resume, observers=observers)
         return Stepper(lambda: fed.round, fed.run_round, fed.finish, fed.save_checkpoint,
                        fed.experiment.method.cohort_refusal)
 

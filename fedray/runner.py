@@ -23,7 +23,7 @@ import threading
 import time
 import traceback
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Optional
+from typing import TYPE_CHECKING, Any, Callable, Optional, Sequence
 
 from tqdm import tqdm
 
@@ -34,6 +34,7 @@ from fedray.messages import one_line
 
 if TYPE_CHECKING:
     from fedray.experiment import Method
+    from fedray.observers import Observer
 
 ERROR_LOG = "error.log"
 ANSI = re.compile(r"\x1b\[[0-9;]*m")  # Ray colours its tracebacks for terminals
@@ -92,7 +93,7 @@ class Stopped(Exception):
 
 def run_experiment(config: Config, run_dir: str | Path, resume: bool = False, progress: bool = True,
                    method: Optional[Method] = None, announce: Callable[[Path], None] = lambda run_dir: None,
-                   fresh: bool = False) -> dict[str, Any]:
+                   fresh: bool = False, observers: Sequence[Observer] = ()) -> dict[str, Any]:
     """Run (or resume) an experiment to ``federation.rounds``; return the summary of result.json.
 
     ``method`` is the resolved method; None resolves it where the round loop runs (in the
@@ -116,14 +117,14 @@ def run_experiment(config: Config, run_dir: str | Path, resume: bool = False, pr
             resume = preflight.check_resume(run_dir, config) is not None
         else:
             preflight.check_new_run_dir(run_dir, f"run folder {run_dir}")
-        return _run(config, run_dir, resume, progress, method, announce)
+        return _run(config, run_dir, resume, progress, method, announce, observers)
 
 
 def _run(config: Config, run_dir: Path, resume: bool, progress: bool, method: Optional[Method],
-         announce: Callable[[Path], None]) -> dict[str, Any]:
+         announce: Callable[[Path], None], observers: Sequence[Observer]) -> dict[str, Any]:
     try:
         with StopSignal() as stop:
-            stepper = backend(config.runtime.backend).start(config, method, run_dir, resume)
+            stepper = backend(config.runtime.backend).start(config, method, run_dir, resume, observers)
             stop.reinstall()
             announce(run_dir)
             note = vectorize_note(config, stepper.cohort_refusal)

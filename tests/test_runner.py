@@ -14,6 +14,8 @@ from fedray.cli import main
 from fedray.config import build_config
 from fedray.checkpoint import CHECKPOINT, checkpoint_round, read_checkpoint
 from fedray.runner import ERROR_LOG, RunFailed, run_experiment
+from fedray.tracking import read_scalars
+from tests.support import ClientCounter
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -91,6 +93,20 @@ def test_a_local_run_needs_neither_ray_nor_actors(tmp_path):
     blocked = subprocess.run([sys.executable, "-c", "import sys; sys.modules['ray'] = None; import actors.driver"],
                              capture_output=True, text=True, cwd=ROOT, timeout=120)
     assert blocked.returncode != 0 and "import of ray halted" in blocked.stderr  # the block does block
+
+
+def test_a_users_observer_sees_every_round_logs_its_metric_and_keeps_its_state_across_a_resume(tmp_path):
+    """An observer handed to run_experiment runs beside fedray's own: its metric is in the event files
+    and result.json's history, its state comes back from the checkpoint on resume, and it adds to
+    the summary."""
+    first = run_experiment(local_config(), tmp_path, progress=False, observers=[ClientCounter()])
+    assert first["client_counter"] == {"total": 6, "rounds": [1, 2]}  # 3 clients a round
+    counter = ClientCounter()
+    resumed = run_experiment(local_config(federation={"num_clients": 6, "clients_per_round": 3, "rounds": 3,
+                                                      "architectures": {"mlp": 6}}),
+                             tmp_path, resume=True, progress=False, observers=[counter])
+    assert resumed["client_counter"] == {"total": 9, "rounds": [3]} and counter.total == 9
+    assert read_scalars(tmp_path)["user/clients_total"] == [(1, 3.0), (2, 6.0), (3, 9.0)]
 
 
 def test_the_config_schema_imports_no_registry():

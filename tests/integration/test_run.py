@@ -19,6 +19,7 @@ from fedray.tracking import read_scalars
 from fedray.weights import nbytes
 import tests.faulty_method as faulty
 from tests.integration.conftest import small_config
+from tests.support import ClientCounter
 from tests.test_runner import assert_full_story
 
 pytestmark = pytest.mark.integration
@@ -26,7 +27,8 @@ pytestmark = pytest.mark.integration
 
 def test_two_architectures_on_four_actors_learn_and_log(local_ray, tmp_path):
     config = small_config()
-    summary = run_experiment(config, tmp_path, progress=False)
+    summary = run_experiment(config, tmp_path, progress=False, observers=[ClientCounter()])  # runs in the server actor
+    assert summary["client_counter"] == {"total": 18, "rounds": [1, 2, 3]}
     node = f"{ray.util.get_node_ip_address()}/{ray.get_runtime_context().get_node_id()[:8]}"
     assert summary["executor"] == {"backend": "ray", "actors": 4, "actors_per_node": {node: 4}, "devices": {"cpu": 4},
                                    "clients_per_actor": [3, 3, 2, 2], "server_hosts_clients": True}
