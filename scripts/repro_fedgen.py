@@ -70,7 +70,7 @@ METHODS = {"fedavg": ("FedAvg", ["algorithm={name: fedavg}"]),
            "fedgen_counts": ("FedGen + count-weighted teacher loss", ["algorithm={name: fedgen, teacher: counts}"]),
            "fedgen_draws": ("FedGen + uniform noise, labels held, from round 2",
                             ["algorithm={name: fedgen, noise: uniform, labels: available, start_round: 2}"])}
-BASELINE = {"fedgen": "fedavg", "fedgen_code": "fedavg", "fedgen_weighted": "fedavg_weighted",  # weighting: see README
+BASELINE = {"fedgen": "fedavg", "fedgen_code": "fedavg", "fedgen_weighted": "fedavg_weighted",  # weighting: see docs/methods.md
             "fedgen_alpha10": "fedavg", "fedgen_beta": "fedavg", "fedgen_counts": "fedavg", "fedgen_draws": "fedavg"}
 SIZES = ((64, 256), (32, 256), (32, 128), (16, 128), (32, 64))  # Table 2's [d_eps, d_h]
 ALPHAS4 = (0.05, 0.1, 1.0, 10.0)
