@@ -17,7 +17,7 @@ raw images (section 7.2: "to save communication"); both are counted in ``comm/by
 sigma^2 = 8 ln(1.25/delta) / (eps^2 lambda^2 (|D_i| + |D^-|)^2) (Alg. 14; eq. 7.13's |D_aux| is a
 typo). The scores are computed once, from the frozen h_0, and kept for the whole run (they are in
 the checkpoint). ``regularization: code`` fits w_i as the authors' code does (sklearn C = 1/lambda:
-J with lambda / N), which spreads the scores far more (see the README) at N times the privacy cost.
+J with lambda / N), which spreads the scores far more (see docs/methods.md) at N times the privacy cost.
 ``scorer`` other than ``logistic`` is thesis Fig. 7.4's ablation: those scorers are
 not private, and travel as fitted estimators; ``equal`` is FedDF with pre-training (FedDF+P) and
 skips the preparation altogether.

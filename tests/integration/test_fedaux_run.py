@@ -22,7 +22,7 @@ def test_fedaux_pretrains_in_the_server_scores_in_the_clients_and_distils_with_t
         aux={"size": 2500, "negatives": 0.2},
         pretrain={"epochs": 2, "batch_size": 128, "cache_dir": str(tmp_path / "cache")},
         training={"optimizer": "adam", "lr": 1e-3},  # the paper's; SGD with momentum diverges at alpha 0.01
-        # the authors' regularisation: with the paper's J at lambda 0.1 the scores hardly spread (README)
+        # the authors' regularisation: with the paper's J at lambda 0.1 the scores hardly spread (docs/methods.md)
         algorithm={"name": "fedaux", "regularization": "code", "show_clients": 2,
                    "distill": {"lr": 1e-3, "epochs": 2}},
         runtime={"actor_cpus": 0.5, "clients_per_actor": 5, "server_cpus": 0.5},
