@@ -64,23 +64,28 @@ class Federation:
         """Plan, execute, guard, aggregate and evaluate one round; the observers log it and checkpoint."""
         self.round += 1
         start = time.perf_counter()
-        plan = self.strategy.configure_round(self.round)
-        step = Step(self.round, plan, self.executor.execute(plan))
+        plan = self.strategy.configure_round(self.round)  # plan: the sampled clients' tasks, the broadcast
+        step = Step(self.round, plan, self.executor.execute(plan))  # execute: each client's local update
         clients_done = time.perf_counter()
         self._faults(step)
-        self._notify("screen", step)
-        step.metrics = {**self.strategy.aggregate(self.round, step.updates), **step.metrics}
+        self._notify("screen", step)  # guard: updates holding NaN or Inf stay out
+        step.metrics = {**self.strategy.aggregate(self.round, step.updates), **step.metrics}  # aggregate
         self._notify("aggregated", step)
-        times = [u.metrics.get("time_s", 0.0) for u in step.updates]
-        step.metrics.update({"time/clients_s": clients_done - start, "time/aggregate_s": time.perf_counter() - clients_done,
-                             "time/client_mean_s": float(np.mean(times)), "time/client_max_s": float(np.max(times)),
-                             "clients/participants": float(len(step.updates))})
+        step.metrics.update(self._times(step, start, clients_done))
         if self.round % self.config.federation.eval_every == 0 or self.done:
-            step.metrics.update(self.evaluate())
+            step.metrics.update(self.evaluate())  # evaluate the global models on the test set
         step.metrics["time/round_s"] = time.perf_counter() - start
         self.history.append({"round": self.round, **step.metrics})
-        self._notify("ended", step)
+        self._notify("ended", step)  # log, checkpoint
         return RoundResult(self.round, step.metrics)
+
+    @staticmethod
+    def _times(step: Step, start: float, clients_done: float) -> dict[str, float]:
+        """Where the round's time went: the clients (wall; per client, mean and max), aggregation."""
+        per_client = [u.metrics.get("time_s", 0.0) for u in step.updates]
+        return {"time/clients_s": clients_done - start, "time/aggregate_s": time.perf_counter() - clients_done,
+                "time/client_mean_s": float(np.mean(per_client)), "time/client_max_s": float(np.max(per_client)),
+                "clients/participants": float(len(step.updates))}
 
     def _prepare(self) -> None:
         """The method's one-time preparation (``Strategy.prepare``), run before round one and logged at step 0."""
