@@ -31,7 +31,7 @@ from fedray.messages import one_line
 from fedray.runner import RemoteError
 
 if TYPE_CHECKING:
-    from fedray.experiment import Method
+    from fedray.method import Method
     from fedray.observers import Observer
 
 

@@ -1,4 +1,5 @@
-"""RayExecutor: runs each round's tasks on the client actors (``actors.client``)."""
+"""RayExecutor: the executor (``fedray.executor.Executor``) that runs the preparation's and each round's
+tasks on the client actors (``actors.client``)."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ from actors.client import ClientPool, HostNotSetUp, stop
 from fedray.clients import client_major
 from fedray.config import Config
 from fedray.executor import Executor
-from fedray.experiment import Method
+from fedray.method import Method
 from fedray.messages import ClientSpec, ClientTask, ClientUpdate, RoundPlan
 from fedray.runner import ANSI
 

@@ -25,7 +25,7 @@ from fedray.data import DatasetBundle, label_counts, load_dataset, partition
 from fedray.data.auxiliary import aux_source, carve_aux, foreign_aux, split_negatives
 from fedray.data.shifts import adversary_ids, client_groups
 from fedray.executor import Executor, ExecutorFactory, LocalExecutor
-from fedray.experiment import Method, resolve
+from fedray.method import Method, resolve
 from fedray.messages import ClientSpec, one_line
 from fedray.models import model_builder
 from fedray.pretrain import pretrained_weights

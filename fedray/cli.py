@@ -30,7 +30,7 @@ EXIT_CONFIG, EXIT_RUN = 2, 1
 
 
 def _resolve(config: Config):
-    from fedray.experiment import resolve
+    from fedray.method import resolve
 
     return resolve(config)
 

@@ -25,7 +25,7 @@ from fedray.algorithms.base import ClientAlgorithm, Gradient, LocalUpdate, Train
 from fedray.cohort import chunk_size, chunks, memory_budget
 from fedray.config import Config
 from fedray.data.shifts import apply_adversary, apply_group
-from fedray.experiment import Method
+from fedray.method import Method
 from fedray.messages import ClientFailure, ClientSpec, ClientTask, ClientUpdate, one_line
 from fedray.models import model_builder
 from fedray.training import cap_gpu_memory, gpu_memory_note, resolve_device, set_torch_threads
@@ -116,7 +116,7 @@ class ClientHost:
 
     Args:
         config: the run's config.
-        method: the resolved method (``fedray.experiment.resolve``), whose client half runs here.
+        method: the resolved method (``fedray.method.resolve``), whose client half runs here.
         specs: every client this host may serve (id, architecture, sample indices).
         train_x, train_y: the whole training set (shared and read-only: with Ray, zero-copy views
             of the object store).

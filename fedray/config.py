@@ -13,7 +13,7 @@ the document (a "billion laughs" file stops at the first anchor past the bound);
 ``MAX_NAME_CHARS`` characters, and every path setting fits the file system's limits on names.
 
 This module is the schema only: it imports no registry. The algorithm section is open here;
-``fedray.experiment.resolve`` turns ``algorithm.name`` into a method and validates the remaining keys
+``fedray.method.resolve`` turns ``algorithm.name`` into a method and validates the remaining keys
 against that method's own ``Params`` (and checks data-set and model names), so a new method adds its
 hyperparameters without touching this file.
 """

@@ -19,7 +19,7 @@ from fedray.weights import Weights
 
 if TYPE_CHECKING:
     from fedray.data import DatasetBundle
-    from fedray.experiment import Method
+    from fedray.method import Method
 
 
 class Executor(ABC):

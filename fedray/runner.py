@@ -33,7 +33,7 @@ from fedray.config import Config, ConfigError
 from fedray.messages import one_line
 
 if TYPE_CHECKING:
-    from fedray.experiment import Method
+    from fedray.method import Method
     from fedray.observers import Observer
 
 ERROR_LOG = "error.log"

@@ -5,7 +5,7 @@ It lives in a module of its own so that Ray's worker processes can import it by 
 
 from fedray.algorithms.base import ClientAlgorithm
 from fedray.algorithms.fedavg import FedAvg, FedAvgParams
-from fedray.experiment import Method
+from fedray.method import Method
 
 
 def shares(total: int, parts: int) -> float:

@@ -1,7 +1,7 @@
 """Helpers shared by tests: build a method's halves from a config the way a run does; a user's observer."""
 
 from fedray.algorithms import ServerContext
-from fedray.experiment import resolve
+from fedray.method import resolve
 from fedray.observers import Observer
 
 

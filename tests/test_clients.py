@@ -10,7 +10,7 @@ from fedray.algorithms.base import task_seed
 from fedray.algorithms.base import ClientAlgorithm
 from fedray.clients import ClientHost, client_major
 from fedray.config import build_config
-from fedray.experiment import resolve
+from fedray.method import resolve
 from fedray.messages import ClientFailure, ClientSpec, ClientTask
 from fedray.models import create_model
 from fedray.training import cap_gpu_memory, gpu_memory_note, set_torch_threads

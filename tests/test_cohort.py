@@ -36,7 +36,7 @@ from fedray.cli import main
 from fedray.cohort import CHUNK_BUDGET_BYTES, CohortClient, chunk_size, chunks, memory_budget, shared_rows, train_cohort
 from fedray.config import ConfigError, TrainingConfig, build_config
 from fedray.data import load_dataset
-from fedray.experiment import resolve
+from fedray.method import resolve
 from fedray.assembly import assemble
 from fedray.federation import Federation
 from fedray.messages import ClientSpec, ClientTask

@@ -7,7 +7,7 @@ import pytest
 
 from fedray.cli import main
 from fedray.config import MAX_VALUES, ConfigError, apply_overrides, build_config, load_config
-from fedray.experiment import resolve
+from fedray.method import resolve
 
 
 def write(tmp_path, text):
@@ -149,7 +149,7 @@ def test_an_empty_config_file_is_not_the_defaults(tmp_path):
 @pytest.mark.parametrize("override", ["training.lr=.inf", "training.momentum=.nan", "algorithm.mu=.inf"])
 def test_infinite_or_nan_settings_are_refused(override):
     """An infinite setting would train into NaN, and a saved config would write it as null."""
-    from fedray.experiment import resolve
+    from fedray.method import resolve
 
     with pytest.raises(ConfigError, match="Input should be a finite number"):
         resolve(build_config(apply_overrides({"algorithm": {"name": "fedprox"}}, [override])))

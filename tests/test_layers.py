@@ -15,7 +15,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 # what the Ray backend may use of the core: the seams a backend is built on
 SEAMS = {"fedray.assembly", "fedray.backends", "fedray.clients", "fedray.config", "fedray.executor",
-         "fedray.experiment", "fedray.federation", "fedray.messages", "fedray.observers", "fedray.parameter_tree",
+         "fedray.method", "fedray.federation", "fedray.messages", "fedray.observers", "fedray.parameter_tree",
          "fedray.runner", "fedray.weights"}
 HARNESS = ("fedray.repro",)  # the reproduction scripts' harness sits on top of the core
 
@@ -124,7 +124,7 @@ def test_the_checks_see_what_they_must():
     the circle check finds a circle: each check would fail on a violation."""
     known = modules()
     found = {t for t, _, _ in imports("fedray.cli", ROOT / "fedray" / "cli.py", known)}
-    assert {"fedray.experiment", "fedray.tracking", "fedray.rundir"} <= found  # imported inside functions
+    assert {"fedray.method", "fedray.tracking", "fedray.rundir"} <= found  # imported inside functions
     server = {t: runs for t, _, runs in imports("actors.server", ROOT / "actors" / "server.py", known)}
     assert server["fedray.federation"] and "actors.executor" in server  # a runtime import beside a typing one
     probe = ROOT / "fedray" / "algorithms" / "probe.py"  # read from text, not written

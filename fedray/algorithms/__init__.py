@@ -1,7 +1,7 @@
 """The built-in methods: ``ALGORITHMS`` maps each ``algorithm.name`` to its Strategy class.
 
 One file per method; ``base``, ``helpers`` and ``head_sharing`` are the pieces methods build on, no
-method of their own. A config's name becomes a method in ``fedray.experiment.resolve``, and the
+method of their own. A config's name becomes a method in ``fedray.method.resolve``, and the
 resolved ``Method`` (its classes and validated parameters) is what a run carries to its server and
 client actors: they do not look names up again.
 """

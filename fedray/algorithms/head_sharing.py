@@ -3,7 +3,7 @@ each model (the head theta^p) is shared; every client keeps its own feature extr
 
 A helper module, not a method. A method takes ``share`` by deriving its ``Params`` from
 :class:`HeadSharingParams`, its client half from :class:`HeadSharingClient` and its server half from
-:class:`HeadSharingStrategy`; ``fedray.experiment.resolve`` refuses ``share`` for the others. With
+:class:`HeadSharingStrategy`; ``fedray.method.resolve`` refuses ``share`` for the others. With
 ``share: head``:
 
 - the client's model theta_i is the broadcast head on its own feature extractor (the initial one

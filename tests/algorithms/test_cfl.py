@@ -18,7 +18,7 @@ from fedray.clients import run_task
 from fedray.models import model_builder
 from fedray.config import ConfigError, build_config
 from fedray.data.datasets import load_dataset
-from fedray.experiment import resolve
+from fedray.method import resolve
 from fedray.messages import ClientSpec, ClientUpdate
 from fedray.parameter_tree import ParameterTree
 from tests.support import make_strategy

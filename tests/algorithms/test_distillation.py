@@ -7,7 +7,7 @@ import torch
 import fedray.assembly as assembly_module
 from fedray.algorithms.feddf import WeightsAndLogits
 from fedray.config import ConfigError, build_config
-from fedray.experiment import resolve
+from fedray.method import resolve
 from fedray.data.auxiliary import carve_aux
 from fedray.data.datasets import load_dataset
 from fedray.distill.soft_labels import decode_soft_labels

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from fedray.config import ConfigError, build_config
-from fedray.experiment import resolve
+from fedray.method import resolve
 from fedray.assembly import assemble
 from fedray.federation import Federation
 from fedray.tracking import read_scalars

@@ -9,7 +9,7 @@ import torch.nn.functional as F
 from fedray.algorithms.base import VirtualClient
 from fedray.algorithms.feddistill import LogitUpload, PrivateModelUpload, logit_table
 from fedray.config import build_config
-from fedray.experiment import resolve
+from fedray.method import resolve
 from fedray.messages import ClientSpec, ClientTask, ClientUpdate
 from fedray.models import create_model
 from fedray.training import batch_indices

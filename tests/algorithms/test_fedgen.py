@@ -14,7 +14,7 @@ from fedray.algorithms.head_sharing import personal_accuracy
 from fedray.config import ConfigError, build_config
 from fedray.distill.generator import (Generator, diversity_loss, draw_labels, draw_noise, head_logits, teacher_loss,
                                       train_generator)
-from fedray.experiment import resolve
+from fedray.method import resolve
 from fedray.assembly import assemble
 from fedray.federation import Federation
 from fedray.messages import ClientSpec, ClientTask, ClientUpdate

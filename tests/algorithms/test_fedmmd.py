@@ -11,7 +11,7 @@ import torch.nn.functional as F
 from fedray.algorithms.base import VirtualClient
 from fedray.algorithms.fedmmd import MULTI_WIDTHS, mmd2
 from fedray.config import build_config
-from fedray.experiment import resolve
+from fedray.method import resolve
 from fedray.messages import ClientSpec, ClientTask, ClientUpdate
 from fedray.models import create_model
 from fedray.training import batch_indices

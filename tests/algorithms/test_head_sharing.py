@@ -9,7 +9,7 @@ from fedray.algorithms import ALGORITHMS
 from fedray.algorithms.base import Trained, VirtualClient
 from fedray.algorithms.head_sharing import HeadSharingParams, HeadUpload, heads_only, shared, split_head
 from fedray.config import build_config
-from fedray.experiment import resolve
+from fedray.method import resolve
 from fedray.messages import ClientSpec, ClientTask, ClientUpdate, RoundPlan
 from fedray.models import create_model
 from fedray.weights import get_weights

@@ -10,7 +10,7 @@ from fedray.distill import aggregate_teachers
 from fedray.distill.ensemble import predict_features
 from fedray.distill.refinery import (batch_stabilised_probs, cluster_refine, code_global_share, code_rectified_target,
                                      local_share, rectified_target, stabilised_probs)
-from fedray.experiment import resolve
+from fedray.method import resolve
 from fedray.messages import ClientSpec, ClientUpdate
 from fedray.models import create_model
 from fedray.weights import get_weights, weighted_mean

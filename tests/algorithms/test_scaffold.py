@@ -9,7 +9,7 @@ import torch.nn.functional as F
 from fedray.algorithms.base import VirtualClient
 from fedray.algorithms.scaffold import ScaffoldUpload
 from fedray.config import ConfigError, build_config
-from fedray.experiment import resolve
+from fedray.method import resolve
 from fedray.messages import ClientSpec, ClientTask, ClientUpdate
 from fedray.training import batch_indices
 from fedray.weights import get_weights

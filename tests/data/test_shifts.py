@@ -9,7 +9,7 @@ from fedray.clients import ClientHost
 from fedray.config import build_config
 from fedray.data.bundle import DatasetBundle
 from fedray.data.shifts import adversary_ids, apply_adversary, apply_group, client_groups, label_map
-from fedray.experiment import resolve
+from fedray.method import resolve
 from fedray.assembly import make_clients
 from fedray.messages import ClientTask
 from fedray.models import create_model

@@ -11,7 +11,7 @@ from tensorboard.backend.event_processing.event_accumulator import EventAccumula
 
 from actors.driver import start_server
 from fedray.checkpoint import checkpoint_round
-from fedray.experiment import resolve
+from fedray.method import resolve
 from fedray.runner import RunFailed, run_experiment
 from tests.integration.conftest import small_config
 

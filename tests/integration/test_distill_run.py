@@ -6,7 +6,7 @@ import ray
 
 from actors.driver import start_server
 from fedray.distill.generator import Generator
-from fedray.experiment import resolve
+from fedray.method import resolve
 from fedray.models import create_model
 from fedray.tracking import read_scalars
 from fedray.weights import get_weights, nbytes

@@ -1,4 +1,4 @@
-"""From a schema-valid config to what a run is made of: the method's classes and its parameters.
+"""A config's method, resolved: the method's classes and its validated parameters (:class:`Method`).
 
 ``fedray.config`` only checks the config's shape. :func:`resolve` is the one place where
 ``algorithm.name`` becomes a method and the ``algorithm:`` keys become its validated ``Params``, and
