@@ -74,6 +74,13 @@ class HostActor:
             release_free_memory()
 
     @host_method
+    def fold_batch(self, tasks, units, keys, *payloads):
+        try:
+            return self._host().fold_batch(tasks, units, keys, *payloads)
+        finally:
+            release_free_memory()
+
+    @host_method
     def prepare_batch(self, tasks, keys, *payloads):
         return self._host().prepare_batch(tasks, keys, *payloads)
 

@@ -15,6 +15,7 @@ from actors.client import ClientPool, HostNotSetUp, stop
 from fedray.clients import client_major
 from fedray.config import Config
 from fedray.executor import Executor
+from fedray.fold import Folder, Sums, fold_groups
 from fedray.method import Method
 from fedray.messages import ClientSpec, ClientTask, ClientUpdate, RoundPlan
 from fedray.runner import ANSI
@@ -81,37 +82,59 @@ class RayExecutor(Executor):
         self.placements, _ = self._on_each(lambda i: self._setup(i), "start-up")
         self.owner = {spec.client_id: i for i, group in enumerate(self.groups) for spec in group}
         self.sizes = {spec.client_id: spec.num_samples for spec in specs}
+        self.fold_group = fold_groups([spec.client_id for spec in specs], config.runtime.fold_groups)
         # an explicit clients_per_actor is a layout the user asked for: keep every client at home
         self.pinned = method.stateful or config.runtime.clients_per_actor != "auto"
         # actors that train their tasks as cohorts get them all at once (a cohort per call, not a task)
         self.together = method.vectorizes(config.runtime)
 
     def prepare(self, plan: RoundPlan) -> list[ClientUpdate]:
-        return self._run(plan, "prepare_batch")
+        return self._run(plan, "prepare_batch")[0]
 
     def execute(self, plan: RoundPlan) -> list[ClientUpdate]:
-        return self._run(plan, "run_batch")
+        return self._run(plan, "run_batch")[0]
 
-    def _run(self, plan: RoundPlan, call: str) -> list[ClientUpdate]:
-        """The plan's tasks on the actors, through their ``call`` (``run_batch``, ``prepare_batch``);
-        the updates in client order. An actor that dies meanwhile is set up again and given its
-        lost tasks again (``_survive``)."""
+    def fold(self, plan: RoundPlan) -> tuple[list[ClientUpdate], Sums]:
+        """The round folded on the actors (``fedray.fold``). Fold units: where any actor may run any
+        client, the fold groups (``runtime.fold_groups``), one unit a batch, so the sums are those of
+        the local backend to the last bit, whichever actor ran which group; where the clients stay
+        at home or train as cohorts, one unit per actor. The server adds the units' sums in unit
+        order as they come, holding only those that come early."""
+        return self._run(plan, "fold_batch")
+
+    def _units(self, tasks: list[ClientTask], batches: dict[int, list[ClientTask]] | None) -> dict[int, tuple]:
+        """Each task's fold unit: its actor's (``batches``: one batch per actor), else its fold group's."""
+        if batches is not None:
+            return {t.client_id: (i, "") for i, batch in batches.items() for t in batch}
+        return {t.client_id: (self.fold_group[t.client_id], str(self._kind(t) or "")) for t in tasks}
+
+    def _run(self, plan: RoundPlan, call: str) -> tuple[list[ClientUpdate], Sums | None]:
+        """The plan's tasks on the actors, through their ``call`` (``run_batch``, ``fold_batch``,
+        ``prepare_batch``); the updates in client order (and, folding, the round's sums). An actor
+        that dies meanwhile is set up again and given its lost tasks again (``_survive``)."""
         refs = {key: ray.put(payload) for key, payload in plan.broadcast.items()}
         stage = "the preparation" if call == "prepare_batch" else f"round {plan.tasks[0].round if plan.tasks else 0}"
         deadline = time.monotonic() + self.timeout if self.timeout else None
         running: dict[Any, tuple[int, list[ClientTask], int]] = {}
+        folding = call == "fold_batch"
+        batches = None
+        if self.pinned or self.together:  # one batch per actor: its clients', or an equal share
+            batches = self._homes(plan.tasks) if self.pinned else self._spread(plan.tasks)
+        unit = self._units(plan.tasks, batches) if folding else {}
+        folder = Folder(sorted(set(unit.values())))
 
         def submit(i: int, tasks: list[ClientTask]) -> None:
             keys = sorted({k for t in tasks for k in t.payload_keys})
-            batch = getattr(self.actors[i], call).remote(tasks, keys, *(refs[k] for k in keys))
+            units = [[unit[t.client_id] for t in tasks]] if folding else []
+            batch = getattr(self.actors[i], call).remote(tasks, *units, keys, *(refs[k] for k in keys))
             running[batch] = (i, tasks, self.restarts[i])
 
-        if self.pinned or self.together:  # one batch per actor: its clients', or an equal share
-            for i, tasks in (self._homes(plan.tasks) if self.pinned else self._spread(plan.tasks)).items():
+        if batches is not None:
+            for i, tasks in batches.items():
                 submit(i, tasks)
             refill: Callable[[int], None] = lambda i: None  # noqa: E731
         else:
-            refill = self._balanced(plan.tasks, submit)
+            refill = self._balanced(plan.tasks, submit, unit if folding else None)
         results = []
         while running:
             left = None if deadline is None else max(0.0, deadline - time.monotonic())
@@ -120,14 +143,20 @@ class RayExecutor(Executor):
                 raise RoundTimeout(self._timeout_message(stage, running.values()))
             i, tasks, incarnation = running.pop(ready[0])
             try:
-                results.append(ray.get(ready[0]))
+                answer = ray.get(ready[0])
             except RayError as err:
                 self._survive(i, incarnation, err, stage)
                 self.retried += len(tasks)
                 submit(i, tasks)  # the lost tasks run again on the restarted actor
                 continue
+            if folding:
+                answer, sums = answer
+                for key, part in sums.items():
+                    folder.add(key, part)
+            results.append(answer)
             refill(i)
-        return sorted((u for part in results for u in part), key=lambda u: u.client_id)
+        updates = sorted((u for part in results for u in part), key=lambda u: u.client_id)
+        return updates, folder.result() if folding else None
 
     def _homes(self, tasks: list[ClientTask]) -> dict[int, list[ClientTask]]:
         batches: dict[int, list[ClientTask]] = {}
@@ -149,21 +178,33 @@ class RayExecutor(Executor):
             batches.setdefault(i, []).append(task)
         return batches
 
-    def _balanced(self, tasks: list[ClientTask], submit) -> Callable[[int], None]:
+    def _balanced(self, tasks: list[ClientTask], submit, unit: dict[int, tuple] | None = None) -> Callable[[int], None]:
         """Submit the first batches and return ``refill(i)``, which gives actor ``i`` its next batch.
 
         Longest first, each actor kept ``QUEUED`` batches deep until no task is left. A batch takes
         1 / (QUEUED x actors) of the tasks left (guided self-scheduling): large batches while much
-        is left, single tasks at the end, so the actors finish together."""
-        todo: dict[Any, list[ClientTask]] = {}
-        for task in sorted(tasks, key=lambda t: -self.sizes[t.client_id]):
-            todo.setdefault(self._kind(task), []).append(task)
+        is left, single tasks at the end, so the actors finish together. Folding (``unit``: each
+        task's fold unit), a batch is one fold unit, in unit order, so that the server's sums that
+        wait for an earlier unit are few and a host holds one unit's sum at a time."""
+        todo: dict[Any, list] = {}
+        if unit is None:
+            for task in sorted(tasks, key=lambda t: -self.sizes[t.client_id]):
+                todo.setdefault(self._kind(task), []).append(task)
+        else:
+            units: dict[tuple, list[ClientTask]] = {}
+            for task in sorted(tasks, key=lambda t: t.client_id):
+                units.setdefault(unit[task.client_id], []).append(task)
+            for key in sorted(units):
+                todo.setdefault(self._kind(units[key][0]), []).append(units[key])
         takers = {kind: [i for i, slot in enumerate(self.slots) if slot.arch == kind] for kind in todo}
 
         def refill(i: int) -> None:
             kind = self.slots[i].arch if self.slots[0].arch is not None else None
             left = todo.get(kind)
-            if left:
+            if left and unit is not None:
+                todo[kind] = left[1:]
+                submit(i, left[0])
+            elif left:
                 size = max(1, math.ceil(len(left) / (self.QUEUED * len(takers[kind]))))
                 todo[kind] = left[size:]
                 submit(i, left[:size])

@@ -16,7 +16,8 @@ import time
 import traceback
 import warnings
 from contextlib import contextmanager
-from typing import Any, Iterator
+from dataclasses import replace
+from typing import Any, Hashable, Iterator
 
 import numpy as np
 import torch
@@ -25,6 +26,7 @@ from fedray.algorithms.base import ClientAlgorithm, Gradient, LocalUpdate, Train
 from fedray.cohort import chunk_size, chunks, memory_budget
 from fedray.config import Config
 from fedray.data.shifts import apply_adversary, apply_group
+from fedray.fold import Sums, add_terms, finite
 from fedray.method import Method
 from fedray.messages import ClientFailure, ClientSpec, ClientTask, ClientUpdate, one_line
 from fedray.models import model_builder
@@ -195,6 +197,33 @@ class ClientHost:
             return [self.run(task, *args[task.client_id]) for task in tasks]
         with self._noting_gpu_memory():
             return self._run_cohorts(tasks, args)
+
+    def fold_batch(self, tasks: list[ClientTask], units: list[Hashable], keys: list[str], *payloads: Any
+                   ) -> tuple[list[ClientUpdate], dict[Hashable, Sums]]:
+        """``run_batch`` for a method that folds (``fedray.fold``): each finite upload becomes its
+        client's terms (``ClientAlgorithm.contribution``), summed per fold unit (``units[i]`` is
+        ``tasks[i]``'s) in client-id order, and is dropped. Returns the updates without payloads (an
+        upload holding NaN or Inf, which is not folded, says so: ``nonfinite``) and each unit's sums."""
+        order = sorted(range(len(tasks)), key=lambda i: tasks[i].client_id)
+        tasks, units = [tasks[i] for i in order], [units[i] for i in order]
+        sums: dict[Hashable, Sums] = {unit: {} for unit in units}
+        kept: list[ClientUpdate] = []
+
+        def fold(task: ClientTask, unit: Hashable, update: ClientUpdate) -> None:
+            ok = finite(update)
+            if ok:
+                with failing_as(task, "upload"):
+                    add_terms(sums[unit], update.arch, self.algorithm.contribution(update, self.clients.get(task.client_id)))
+            kept.append(replace(update, payload=None, metrics={**update.metrics, **({} if ok else {"nonfinite": 1.0})}))
+
+        if self.vectorize:
+            for task, unit, update in zip(tasks, units, self.run_batch(tasks, keys, *payloads)):
+                fold(task, unit, update)
+        else:
+            args = self._downloads(tasks, keys, payloads)
+            for task, unit in zip(tasks, units):  # one upload alive at a time
+                fold(task, unit, self.run(task, *args[task.client_id]))
+        return kept, sums
 
     def prepare_batch(self, tasks: list[ClientTask], keys: list[str], *payloads: Any) -> list[ClientUpdate]:
         """The method's one-time preparation for several clients (``prepare_task``), as ``run_batch``."""

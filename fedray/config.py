@@ -278,6 +278,12 @@ class RuntimeConfig(_Section):
                             "CPU, half the actor's share of a GPU), never the memory free at the moment, so "
                             "results do not depend on the machine's state")
 
+    fold_groups: int = Field(
+        64, ge=1, description="for methods whose server step needs only sums of the clients' updates: the clients' "
+                              "ids cut into this many blocks, each block's clients of a round summed on one host "
+                              "and the blocks' sums added in order, so results do not depend on which actor ran "
+                              "which client (fedray.fold); at least a few times the client actors")
+
     @field_validator("clients_per_actor", "vectorize_chunk")
     @classmethod
     def _positive(cls, value: Union[str, int]) -> Union[str, int]:

@@ -21,7 +21,7 @@ from fedray.assembly import Experiment
 from fedray.checkpoint import CHECKPOINT, read_checkpoint, write_checkpoint
 from fedray.config import save_config
 from fedray.data.shifts import apply_group
-from fedray.messages import RoundResult
+from fedray.messages import RoundPlan, RoundResult
 from fedray.observers import ByteCounter, Checkpointer, DivergenceGuard, Observer, Step, TensorBoardLog
 from fedray.training import evaluate
 from fedray.weights import Weights, set_weights
@@ -65,11 +65,11 @@ class Federation:
         self.round += 1
         start = time.perf_counter()
         plan = self.strategy.configure_round(self.round)  # plan: the sampled clients' tasks, the broadcast
-        step = Step(self.round, plan, self.executor.execute(plan))  # execute: each client's local update
+        step = self._execute(plan)  # execute: each client's local update (folded on the hosts: their sums)
         clients_done = time.perf_counter()
         self._faults(step)
         self._notify("screen", step)  # guard: updates holding NaN or Inf stay out
-        step.metrics = {**self.strategy.aggregate(self.round, step.updates), **step.metrics}  # aggregate
+        step.metrics = {**self._aggregate(step), **step.metrics}  # aggregate
         self._notify("aggregated", step)
         step.metrics.update(self._times(step, start, clients_done))
         if self.round % self.config.federation.eval_every == 0 or self.done:
@@ -78,6 +78,19 @@ class Federation:
         self.history.append({"round": self.round, **step.metrics})
         self._notify("ended", step)  # log, checkpoint
         return RoundResult(self.round, step.metrics)
+
+    def _execute(self, plan: RoundPlan) -> Step:
+        """The round's tasks on the clients; for a method that folds (``fedray.fold``) the hosts
+        sum the uploads and only the sums and the payload-less updates come back."""
+        if self.strategy.folds:
+            updates, sums = self.executor.fold(plan)
+            return Step(self.round, plan, updates, sums=sums)
+        return Step(self.round, plan, self.executor.execute(plan))
+
+    def _aggregate(self, step: Step) -> dict[str, float]:
+        if step.sums is not None:
+            return self.strategy.aggregate_sums(self.round, step.sums, step.updates)
+        return self.strategy.aggregate(self.round, step.updates)
 
     @staticmethod
     def _times(step: Step, start: float, clients_done: float) -> dict[str, float]:

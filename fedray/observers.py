@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Optional
 import numpy as np
 
 from fedray.figures import partition_figure, render
+from fedray.fold import Sums, finite
 from fedray.messages import ClientUpdate, RoundPlan
 from fedray.tracking import RunWriter
 from fedray.weights import all_finite, nbytes
@@ -44,6 +45,7 @@ class Step:
     round: int
     plan: RoundPlan
     updates: list[ClientUpdate]  # the screen may leave some out of the aggregate
+    sums: Optional[Sums] = None  # for a method that folds: the round's sums (``fedray.fold``); payloads are None
     metrics: dict[str, float] = field(default_factory=dict)  # by TensorBoard tag
     notes: dict[str, str] = field(default_factory=dict)  # text to log this round, by tag
 
@@ -81,10 +83,6 @@ class DivergenceGuard(Observer):
     update of a round is, or when a global model is after aggregation."""
 
     def screen(self, fed: Federation, step: Step) -> None:
-        def finite(u: ClientUpdate) -> bool:
-            trained = u.metrics.get("steps", 0.0) > 0
-            return all_finite(u.payload) and (not trained or np.isfinite(u.metrics.get("loss", 0.0)))
-
         kept = [u for u in step.updates if finite(u)]
         rejected = [u.client_id for u in step.updates if not finite(u)]
         if rejected:

@@ -38,6 +38,7 @@ from pydantic import BaseModel, ConfigDict
 
 from fedray.algorithms.helpers import initial_model
 from fedray.config import Config
+from fedray.fold import Sums, Terms, add_terms
 from fedray.messages import ClientSpec, ClientTask, ClientUpdate, RoundPlan
 from fedray.cohort import CohortClient, StackedLoss, train_cohort
 from fedray.training import ExtraLoss, local_train
@@ -232,6 +233,14 @@ class ClientAlgorithm:
         """What the client sends back (its ``bytes_up`` are counted by the host). Default: theta_i."""
         return local.weights
 
+    # -- folding (``fedray.fold``) ----------------------------------------------------------------
+    def contribution(self, update: ClientUpdate, client: Optional[VirtualClient]) -> Terms:
+        """What the client adds to the round's sums, for a method whose server step needs only sums
+        (``Strategy.folds``): name -> (coefficient c_i, x_i), summed as sum_i c_i x_i per architecture
+        on the host, in float64. ``update.payload`` is the client's upload; ``client`` is None when
+        the server folds uploads itself (``Strategy.aggregate`` of a folding method)."""
+        raise TypeError(f"{type(self).__name__} has no contribution: its method does not fold")
+
 
 class Strategy(ABC):
     """Server half of a method.
@@ -288,9 +297,44 @@ class Strategy(ABC):
         """Take the answers to ``prepare``'s tasks; return metrics to log at step 0."""
         return {}
 
-    @abstractmethod
     def aggregate(self, round: int, updates: list[ClientUpdate]) -> dict[str, float]:
-        """Fold the round's updates into the server state; return metrics named as TensorBoard tags."""
+        """Fold the round's updates into the server state; return metrics named as TensorBoard tags.
+
+        A method whose server step needs every client's update overrides this. One that needs only
+        sums (:attr:`folds`) implements ``aggregate_sums`` and its client's ``contribution``
+        instead: then the hosts fold and this is only called with whole uploads (tests, a caller of
+        its own), which it folds here, in client-id order, as one unit."""
+        if not self.folds:
+            raise NotImplementedError(f"{type(self).__name__} implements neither aggregate nor aggregate_sums")
+        client = self.client_half()
+        sums: Sums = {}
+        for update in sorted(updates, key=lambda u: u.client_id):
+            add_terms(sums, update.arch, client.contribution(update, None))
+        return self.aggregate_sums(round, sums, updates)
+
+    def aggregate_sums(self, round: int, sums: Sums, updates: list[ClientUpdate]) -> dict[str, float]:
+        """Aggregate from the round's sums (``sums[arch][name]``, :class:`fedray.fold.Sum`), which the
+        hosts folded from the clients' ``ClientAlgorithm.contribution``; ``updates`` are the clients'
+        updates without their payloads (ids, sizes, bytes, metrics). Only for methods that fold."""
+        raise NotImplementedError
+
+    @property
+    def folds(self) -> bool:
+        """Whether this run's server step needs only sums of the clients' contributions (the hosts
+        fold them, ``fedray.fold``): true when the method implements ``aggregate_sums`` (and no subclass
+        of it overrides ``aggregate`` again). A method
+        that needs every update (clustered FL's similarities, a robust aggregator) does not."""
+        cls = type(self)
+        sums, whole = (next(k for k in cls.__mro__ if name in vars(k)) for name in ("aggregate_sums", "aggregate"))
+        return sums is not Strategy and issubclass(sums, whole)  # not when a subclass aggregates its own way
+
+    def client_half(self) -> ClientAlgorithm:
+        """An instance of the method's client half in the server, for folding uploads here."""
+        if getattr(self, "_client_half", None) is None:
+            aux = None if self.ctx.aux_x is None else torch.from_numpy(np.array(self.ctx.aux_x)).to(self.ctx.device)
+            self._client_half = self.Client(self.params, self.config, self.ctx.build_model, self.ctx.device, aux,
+                                            self.ctx.initial_models)
+        return self._client_half
 
     def models_to_evaluate(self) -> dict[str, Weights]:
         return self.models

@@ -6,7 +6,7 @@
         theta   <- 1/|I_t| sum_i theta_i                                           # aggregate
 
 The client half is the default ``ClientAlgorithm`` (as ``HeadSharingClient``): it trains the
-broadcast model and uploads theta_i. Alg. 2 averages unweighted; ``weighted: true`` weights by |D_i| as Alg. 10/15 and
+broadcast model and uploads theta_i, which its host folds into sum_i c_i theta_i (``fedray.fold``). Alg. 2 averages unweighted; ``weighted: true`` weights by |D_i| as Alg. 10/15 and
 McMahan et al. do. Averaging happens within an architecture: one global model per architecture.
 
 ``share: head`` shares only the last, linear layer (FedGen's Table 4, :mod:`fedray.algorithms.head_sharing`):
@@ -19,8 +19,10 @@ and FedDistill+ inherit it; central, FedOpt and FedEnsemble build on FedAvg with
 from __future__ import annotations
 
 from fedray.algorithms.base import Params
-from fedray.algorithms.head_sharing import HeadSharingClient, HeadSharingParams, HeadSharingStrategy, shared
+from fedray.algorithms.head_sharing import (HeadSharingClient, HeadSharingParams, HeadSharingStrategy, shared,
+                                           shares_heads)
 from fedray.algorithms.helpers import group_by_arch, mean_client_loss, sample_weights
+from fedray.fold import Sums
 from fedray.messages import ClientUpdate
 from fedray.weights import weighted_mean
 
@@ -39,7 +41,18 @@ class FedAvg(HeadSharingStrategy):
     Client = HeadSharingClient  # theta_i <- SGD_E(theta, D_i); upload theta_i (or its head)
     state_attrs = ("models", "bodies")
 
+    @property
+    def folds(self) -> bool:
+        return super().folds and not shares_heads(self.params)  # with share: head the server keeps each client's body
+
+    def aggregate_sums(self, round: int, sums: Sums, updates: list[ClientUpdate]) -> dict[str, float]:
+        for arch, named in sums.items():  # theta <- sum_i c_i theta_i / sum_i c_i, folded on the hosts
+            self.models[arch] = {**self.models[arch], **named["model"].mean()}
+        return mean_client_loss(updates)
+
     def aggregate(self, round: int, updates: list[ClientUpdate]) -> dict[str, float]:
+        if self.folds:
+            return super().aggregate(round, updates)
         for arch, group in group_by_arch(updates).items():
             mean = weighted_mean([shared(u.payload) for u in group], sample_weights(group, self.params.weighted))
             self.models[arch] = {**self.models[arch], **mean}

@@ -25,6 +25,7 @@ from typing import Any, Callable, Literal, Optional
 import numpy as np
 
 from fedray.algorithms.base import ClientAlgorithm, LocalUpdate, Params, ServerContext, Strategy, VirtualClient
+from fedray.fold import Terms
 from fedray.messages import ClientTask, ClientUpdate, RoundPlan
 from fedray.weights import SIMULATION, Weights
 
@@ -82,6 +83,11 @@ class HeadSharingClient(ClientAlgorithm):
 
     def upload(self, task: ClientTask, theta: Weights, local: LocalUpdate, client: VirtualClient) -> Any:
         return self.share_weights(local.weights, client)
+
+    def contribution(self, update: ClientUpdate, client: Optional[VirtualClient]) -> Terms:
+        """FedAvg's term: theta_i (its shared part) with c_i = |D_i| (``weighted``) or 1."""
+        weight = float(update.num_samples) if getattr(self.params, "weighted", False) else 1.0
+        return {"model": (weight, shared(update.payload))}
 
     def own_model(self, task: ClientTask, theta: Weights, client: VirtualClient) -> Weights:
         """theta_i from the broadcast theta: all of it, or with ``share: head`` the broadcast head on

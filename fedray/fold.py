@@ -1,0 +1,177 @@
+"""Folding: the round's client contributions summed where the clients are.
+
+Most methods' server step needs the round's clients only through sums: FedAvg's sum_i c_i theta_i
+and sum_i c_i, SCAFFOLD's summed deltas, the averaged logits of a distillation teacher. For them
+(``Strategy.folds``) no client update travels to the server: the host that ran a client turns its
+upload into *terms* (``ClientAlgorithm.contribution``: name -> (coefficient, array or dict of
+arrays)) and folds them into running sums, one :class:`Sum` per architecture and name; the server
+adds the hosts' sums (:class:`Folder`) and the strategy's ``aggregate_sums`` reads them. What
+travels per client is its :class:`fedray.messages.ClientUpdate` without the payload: the bytes it
+would have sent, its times and losses, whether it was finite.
+
+Exactness. Float addition is not associative, so a sum is only reproducible when the additions are
+made in the same order. The additions are grouped into *units* that depend on the config alone, not
+on which actor ran which client nor on the order the hosts answered:
+
+- a unit's clients are folded on one host, in client-id order, each term made ``c * x`` in float64
+  (the first term starts the sum: no ``0 + c * x``, which would turn -0.0 into 0.0);
+- the server adds the units' sums in unit order, however they arrive (an early one waits).
+
+Units are the fold groups of :func:`fold_groups` (``runtime.fold_groups`` contiguous blocks of the
+client ids) when any actor may run any client; where the clients stay on their home actors
+(stateful methods, ``clients_per_actor`` set, cohorts) one unit per actor, which makes the rounding
+depend on that layout, as the layout already decides the homes and the cohorts.
+
+Against summing the clients one by one, as the server did before: both accumulate in float64 and
+round once to the tensor's dtype, so they differ by at most one unit in the last place of the
+float32 result plus the float64 error of K additions, K * 2**-52 * max_i |c_i x_i| / sum_i c_i
+(``tests/test_fold.py`` holds both).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Hashable, Iterable, Optional, Union
+
+import numpy as np
+
+Tree = Union[np.ndarray, dict[str, np.ndarray]]
+Terms = dict[str, tuple[Any, Tree]]  # name -> (coefficient: a float or an array broadcast over x, x)
+
+
+def _map(fn, tree: Tree, *others: Tree) -> Tree:
+    if isinstance(tree, dict):
+        return {k: fn(v, *(o[k] for o in others)) for k, v in tree.items()}
+    return fn(tree, *others)
+
+
+def _dtypes(tree: Tree):
+    return {k: v.dtype for k, v in tree.items()} if isinstance(tree, dict) else tree.dtype
+
+
+def _times(coef: Any, x: np.ndarray) -> np.ndarray:
+    """c * x in float64, an array even when 0-d (BatchNorm's counter)."""
+    out = np.empty(np.broadcast_shapes(np.shape(coef), np.shape(x)), dtype=np.float64)
+    return np.multiply(coef, x, out=out, dtype=np.float64)
+
+
+@dataclass
+class Sum:
+    """sum_i c_i x_i over some clients, in float64, with sum_i c_i and the number of clients.
+
+    A sum of one client keeps its term as it came (``c``, ``x`` in its own dtype) and makes ``c * x``
+    only when it is added to or read, so that a unit of one client travels no larger than its upload."""
+
+    weight: Any  # sum_i c_i: a float, or an array when the coefficients are
+    count: int
+    dtypes: Any  # the terms' dtypes, for ``mean``
+    total: Optional[Tree] = None  # sum_i c_i x_i in float64, once two terms are in
+    term: Optional[tuple[Any, Tree]] = field(default=None, repr=False)  # the one term, while it is alone
+
+    @classmethod
+    def of(cls, coef: Any, x: Tree) -> "Sum":
+        weight = np.array(coef, dtype=np.float64) if isinstance(coef, np.ndarray) else float(coef)
+        return cls(weight, 1, _dtypes(x), None, (coef, x))
+
+    def value(self) -> Tree:
+        """sum_i c_i x_i, float64."""
+        if self.total is None:
+            coef, x = self.term
+            self.total, self.term = _map(lambda v: _times(coef, v), x), None
+        return self.total
+
+    def add(self, other: "Sum") -> "Sum":
+        """``self`` + ``other``, in place (``self`` must not be shared)."""
+        mine, theirs = self.value(), other.value()
+        if not all(v.flags.writeable for v in (mine.values() if isinstance(mine, dict) else [mine])):
+            self.total = mine = _map(np.array, mine)  # came through Ray's object store: read-only
+        if isinstance(mine, dict):
+            for k, v in mine.items():
+                v += theirs[k]
+        else:
+            mine += theirs
+        self.weight = self.weight + other.weight
+        self.count += other.count
+        return self
+
+    def mean(self) -> Tree:
+        """sum_i c_i x_i / sum_i c_i in each term's dtype; integer tensors (BatchNorm's counter) rounded."""
+        def cast(total: np.ndarray, dtype: np.dtype) -> np.ndarray:
+            out = total / self.weight
+            return np.asarray(np.rint(out) if dtype.kind in "iub" else out).astype(dtype)
+
+        total = self.value()
+        if isinstance(total, dict):
+            return {k: cast(v, self.dtypes[k]) for k, v in total.items()}
+        return cast(total, self.dtypes)
+
+    def nbytes(self) -> int:
+        from fedray.weights import nbytes
+
+        return nbytes(self.value() if self.total is not None else self.term[1])
+
+
+Sums = dict[str, dict[str, Sum]]  # architecture -> name -> Sum
+
+
+def add_terms(sums: Sums, arch: str, terms: Terms) -> None:
+    """Fold one client's ``terms`` into ``sums`` (in place)."""
+    into = sums.setdefault(arch, {})
+    for name, (coef, x) in terms.items():
+        if name in into:
+            into[name].add(Sum.of(coef, x))
+        else:
+            into[name] = Sum.of(coef, x)
+
+
+def add_sums(total: Sums, part: Sums) -> Sums:
+    """``part`` added into ``total`` (in place), architecture by architecture, name by name."""
+    for arch in part:
+        into = total.setdefault(arch, {})
+        for name, s in part[arch].items():
+            if name in into:
+                into[name].add(s)
+            else:
+                into[name] = s
+    return total
+
+
+class Folder:
+    """Adds the units' sums in the order of ``units``, whatever order they arrive in: a unit that
+    comes early waits (only those are held), the others are added at once."""
+
+    def __init__(self, units: Iterable[Hashable]):
+        self.order = list(units)
+        self.next = 0
+        self.waiting: dict[Hashable, Sums] = {}
+        self.total: Sums = {}
+
+    def add(self, unit: Hashable, sums: Sums) -> None:
+        self.waiting[unit] = sums
+        while self.next < len(self.order) and self.order[self.next] in self.waiting:
+            add_sums(self.total, self.waiting.pop(self.order[self.next]))
+            self.next += 1
+
+    def result(self) -> Sums:
+        if self.next < len(self.order):
+            raise RuntimeError(f"the sums of {len(self.order) - self.next} fold units never came")
+        return self.total
+
+
+def fold_groups(client_ids: Iterable[int], groups: int) -> dict[int, int]:
+    """Each client's fold group: the sorted client ids cut into ``groups`` contiguous blocks of
+    (nearly) equal size. Depends on the clients and ``runtime.fold_groups`` alone."""
+    ids = sorted(client_ids)
+    return {cid: rank * groups // len(ids) for rank, cid in enumerate(ids)}
+
+
+def finite(update) -> bool:
+    """Whether a client's update may enter the aggregate: its upload holds no NaN or Inf, nor does
+    its loss when it trained. A host that folds sets ``nonfinite`` in the metrics of one that may not
+    (its upload is not folded); the server's guard (``fedray.observers.DivergenceGuard``) reads both."""
+    from fedray.weights import all_finite
+
+    if update.metrics.get("nonfinite"):
+        return False
+    trained = update.metrics.get("steps", 0.0) > 0
+    return all_finite(update.payload) and (not trained or bool(np.isfinite(update.metrics.get("loss", 0.0))))
