@@ -17,6 +17,7 @@ from fedray.config import Config
 from fedray.executor import Executor
 from fedray.fold import Folder, Sums, fold_groups
 from fedray.method import Method
+from fedray.weights import nbytes
 from fedray.messages import ClientSpec, ClientTask, ClientUpdate, RoundPlan
 from fedray.runner import ANSI
 
@@ -79,6 +80,7 @@ class RayExecutor(Executor):
         self.saved: list = []  # object refs of the client states of the last checkpoint (or resume)
         self.faults: list[str] = []  # the actors restarted since ``take_faults`` last asked
         self.retried = 0  # and the tasks that ran again
+        self.received = 0  # bytes of the answers that reached the server since ``take_received``
         self.placements, _ = self._on_each(lambda i: self._setup(i), "start-up")
         self.owner = {spec.client_id: i for i, group in enumerate(self.groups) for spec in group}
         self.sizes = {spec.client_id: spec.num_samples for spec in specs}
@@ -149,6 +151,7 @@ class RayExecutor(Executor):
                 self.retried += len(tasks)
                 submit(i, tasks)  # the lost tasks run again on the restarted actor
                 continue
+            self.received += _answer_bytes(answer)
             if folding:
                 answer, sums = answer
                 for key, part in sums.items():
@@ -295,6 +298,10 @@ class RayExecutor(Executor):
         faults, retried, self.faults, self.retried = self.faults, self.retried, [], 0
         return faults, retried
 
+    def take_received(self) -> int:
+        received, self.received = self.received, 0
+        return received
+
     def _timeout_message(self, stage: str, running) -> str:
         waiting = sorted({t.client_id for _, tasks, _ in running for t in tasks})
         return (f"{stage} did not finish within runtime.round_timeout_s = {self.timeout:g} s: "
@@ -364,6 +371,15 @@ class RayExecutor(Executor):
                 pass
         clients = [i for i, s in enumerate(self.slots) if not s.server]
         return [i for i, ping in zip(clients, pings) if ping not in answered]
+
+
+def _answer_bytes(answer: Any) -> int:
+    """The array bytes of a host's answer: its updates' payloads, and folding, its units' sums."""
+    if isinstance(answer, tuple):  # fold_batch: (updates, {unit: sums})
+        updates, parts = answer
+        return _answer_bytes(updates) + sum(s.nbytes() for sums in parts.values() for named in sums.values()
+                                            for s in named.values())
+    return sum(nbytes(u.payload) for u in answer)
 
 
 def _short(ids: list[int]) -> str:

@@ -278,6 +278,9 @@ class RuntimeConfig(_Section):
                             "CPU, half the actor's share of a GPU), never the memory free at the moment, so "
                             "results do not depend on the machine's state")
 
+    fold: bool = Field(
+        True, description="hosts sum their clients' contributions for methods whose server step needs only sums "
+                          "(fedray.fold); false: every client's update travels to the server, as before")
     fold_groups: int = Field(
         64, ge=1, description="for methods whose server step needs only sums of the clients' updates: the clients' "
                               "ids cut into this many blocks, each block's clients of a round summed on one host "

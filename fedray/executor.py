@@ -53,6 +53,11 @@ class Executor(ABC):
         how many tasks ran again. Nothing, for an executor that cannot lose a host."""
         return [], 0
 
+    def take_received(self) -> int:
+        """The bytes of the hosts' answers (updates, sums) that reached the server since the last
+        call; 0 for an executor whose clients run in the server's process."""
+        return 0
+
     def node_ids(self) -> list[str]:
         """The node each host runs on (placement checks); none in-process."""
         return []

@@ -82,7 +82,7 @@ class Federation:
     def _execute(self, plan: RoundPlan) -> Step:
         """The round's tasks on the clients; for a method that folds (``fedray.fold``) the hosts
         sum the uploads and only the sums and the payload-less updates come back."""
-        if self.strategy.folds:
+        if self.strategy.folds and self.config.runtime.fold:
             updates, sums = self.executor.fold(plan)
             return Step(self.round, plan, updates, sums=sums)
         return Step(self.round, plan, self.executor.execute(plan))
@@ -110,7 +110,11 @@ class Federation:
         self._notify("prepared", step)
 
     def _faults(self, step: Step) -> None:
-        """What the executor survived this round (client actors restarted, tasks run again)."""
+        """What the executor survived this round (client actors restarted, tasks run again), and the
+        bytes of the answers that reached the server (``runtime/bytes_to_server``)."""
+        received = self.executor.take_received()
+        if received:
+            step.metrics["runtime/bytes_to_server"] = float(received)
         faults, retried = self.executor.take_faults()
         if faults:
             step.notes["runtime/faults"] = "\n".join(f"round {self.round}: {t}" for t in faults)
