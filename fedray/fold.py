@@ -153,8 +153,9 @@ class Folder:
             self.next += 1
 
     def result(self) -> Sums:
-        if self.next < len(self.order):
-            raise RuntimeError(f"the sums of {len(self.order) - self.next} fold units never came")
+        missing = [u for u in self.order[self.next:] if u not in self.waiting]
+        if missing:
+            raise RuntimeError(f"the sums of fold units {missing} never came")
         return self.total
 
 

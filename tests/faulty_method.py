@@ -5,6 +5,7 @@ It lives in a module of its own so that Ray's worker processes can import it by 
 
 from fedray.algorithms.base import ClientAlgorithm
 from fedray.algorithms.fedavg import FedAvg, FedAvgParams
+from fedray.algorithms.head_sharing import HeadSharingClient
 from fedray.method import Method
 
 
@@ -35,8 +36,9 @@ POISONED = (1, 4)  # the clients of ``NAN_CLIENTS`` whose updates are all NaN, f
 POISONED_FROM = 1
 
 
-class NanClient(ClientAlgorithm):
-    """FedAvg's client, except that clients ``POISONED`` upload NaN in every tensor."""
+class NanClient(HeadSharingClient):
+    """FedAvg's client, except that clients ``POISONED`` upload NaN in every tensor. Its host folds
+    the others' uploads (``fedray.fold``) and flags these; ``runtime.fold: false`` sends them all."""
 
     def upload(self, task, theta, local, client):
         if client.client_id in POISONED and task.round >= POISONED_FROM:

@@ -15,6 +15,15 @@ from tests.test_runner import local_config
 pytestmark = pytest.mark.faults
 
 
+def read_text(run_dir, tag: str) -> str:
+    """The text logged under ``tag`` in the run's event files, every step's."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    acc = EventAccumulator(str(run_dir), size_guidance={"tensors": 0})
+    acc.Reload()
+    return "\n".join(v.decode() for event in acc.Tensors(f"{tag}/text_summary") for v in event.tensor_proto.string_val)
+
+
 def test_all_finite_looks_into_every_float_of_a_payload():
     good = {"w": np.ones((2, 2), np.float32), "n": np.array([3]), "m": [1.0, (np.zeros(1),)], "b": b"\xff\xff"}
     assert all_finite(good)
@@ -22,15 +31,20 @@ def test_all_finite_looks_into_every_float_of_a_payload():
         assert not all_finite(bad)
 
 
-def test_nan_updates_are_left_out_counted_and_the_run_learns(tmp_path):
+@pytest.mark.parametrize("fold", [True, False], ids=["folded-on-the-host", "every-update-to-the-server"])
+def test_nan_updates_are_left_out_counted_and_the_run_learns(tmp_path, fold):
     config = local_config(federation={"num_clients": 6, "clients_per_round": 6, "rounds": 3,
-                                      "architectures": {"mlp": 6}}, training={"lr": 0.1, "batch_size": 16, "epochs": 3})
+                                      "architectures": {"mlp": 6}}, training={"lr": 0.1, "batch_size": 16, "epochs": 3},
+                          runtime={"backend": "local", "torch_threads": 1, "fold": fold})
     summary = run_experiment(config, tmp_path, progress=False, method=faulty.NAN_CLIENTS)
     scalars = read_scalars(tmp_path)
     assert [v for _, v in scalars["clients/rejected"]] == [2.0, 2.0, 2.0]  # clients 1 and 4, every round
     assert [v for _, v in scalars["clients/participants"]] == [4.0, 4.0, 4.0]  # the aggregated ones
     assert summary["final"]["eval/accuracy"] > 0.85  # digits, 4 honest clients (all 6: 0.95); chance is 0.10
     assert all_finite(read_checkpoint(tmp_path / CHECKPOINT)["strategy"]["models"])
+    up = [v for _, v in scalars["comm/bytes_up"]]
+    assert up == [up[0]] * 3 and up[0] == 6 * up[0] // 6 > 0  # the rejected clients' uploads count too
+    assert "clients [1, 4] held NaN or Inf" in read_text(tmp_path, "clients/rejected")
 
 
 def test_a_round_of_only_nan_updates_stops_the_run_and_names_the_last_good_checkpoint(tmp_path, monkeypatch):

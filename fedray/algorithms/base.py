@@ -322,11 +322,12 @@ class Strategy(ABC):
     def folds(self) -> bool:
         """Whether this run's server step needs only sums of the clients' contributions (the hosts
         fold them, ``fedray.fold``): true when the method implements ``aggregate_sums`` (and no subclass
-        of it overrides ``aggregate`` again). A method
+        of it overrides ``aggregate`` again) and its client half a ``contribution``. A method
         that needs every update (clustered FL's similarities, a robust aggregator) does not."""
         cls = type(self)
         sums, whole = (next(k for k in cls.__mro__ if name in vars(k)) for name in ("aggregate_sums", "aggregate"))
-        return sums is not Strategy and issubclass(sums, whole)  # not when a subclass aggregates its own way
+        return (sums is not Strategy and issubclass(sums, whole)  # not when a subclass aggregates its own way
+                and self.Client.contribution is not ClientAlgorithm.contribution)  # nor with a client that has no terms
 
     def client_half(self) -> ClientAlgorithm:
         """An instance of the method's client half in the server, for folding uploads here."""
