@@ -1,4 +1,5 @@
-"""Benchmarks: fedray versus a plain single-process PyTorch loop doing the identical computation.
+"""Benchmarks: fedray against a plain single-process PyTorch loop and a multi-process floor doing the
+identical computation.
 
 Workloads (Fashion-MNIST, FedAvg, batch 32, SGD lr 0.05, 1 local epoch, test set evaluated at the end):
 
@@ -7,21 +8,36 @@ Workloads (Fashion-MNIST, FedAvg, batch 32, SGD lr 0.05, 1 local epoch, test set
 - ``k1000`` (configs/bench_1000.yaml): 1,000 clients of three architectures (CNN, LeNet-5, MLP),
   100 per round, 5 rounds; also reports the time from the command's start to the end of round one.
 - ``scale``: the k1000 federation with 10, 100 and 1,000 clients per round (3 rounds each): the
-  cost per client update, rounds 2-3, of both sides.
+  cost per client update, rounds 2-3, of each side.
+- ``k3000`` (configs/bench_3000.yaml): 3,000 clients of 20 samples, 1,000 per round, the CNN, 2 rounds.
+- ``k10000`` (configs/bench_10000.yaml): 10,000 clients of 6 samples, 2,000 per round, the CNN,
+  2 rounds; its point is fedray's peak memory (target: under 4 GB).
 
-Both sides use the same split, the same clients each round, the same per-client batch order and the
+The default is ``--only w1,w2,k1000,scale``. Each workload is run three ways:
+
+- ``plain``: one process, one model per architecture, running float64 sums for the average; the
+  lean baseline (``bench.py --part WORKLOAD``).
+- ``floor``: the multi-process floor, what a careful hand-written simulator without Ray does on this
+  machine: the plain loop's computation with each round's clients trained by ``os.cpu_count()``
+  worker processes of one torch thread each, started once per run (``bench.py --part WORKLOAD
+  --floor``; see ``run_floor``). CPU only: with ``--device cuda`` there is no floor row.
+- ``fedray``: the real CLI, ``python -m fedray.cli run CONFIG``.
+
+All three use the same split, the same clients each round, the same per-client batch order and the
 same initial models, so they perform the same SGD steps (the last bits of a step differ between the
-plain loop's 2 torch threads and an actor's 1, so the final accuracies agree to about 0.001). The
-plain loop is written lean: one model per architecture, running float64 sums for the average. Each side is
-one command in its own process: the plain loop is ``bench.py --part WORKLOAD``, fedray is the real
-CLI, ``python -m fedray.cli run CONFIG``. Wall time runs from starting the command to its exit (interpreter start,
-imports, ``ray.init`` and every actor's start included). Peak memory is the peak of the summed
-proportional set size (PSS) of the command's process and all its descendants (for fedray: the
+plain loop's 2 torch threads and a worker's or an actor's 1, so the final accuracies agree to about
+0.001). fedray's ratios are given against the floor first (the cost of the framework over the best
+one can do by hand on these cores) and against the plain loop beside them. Each side is one command in
+its own process. Wall time runs from starting the command to its exit (interpreter start, imports,
+worker starts, ``ray.init`` and every actor's start included). Peak memory is the peak of the summed
+proportional set size (PSS) of the command's process and all its descendants (for the floor: the
+parent, labelled "driver", its workers and multiprocessing's resource tracker; for fedray: the
 driver, Ray's daemons and every actor), sampled every 0.2 s, with the split by process at the peak.
 
-    python scripts/bench.py                      # every workload, then the table
+    python scripts/bench.py                      # the default workloads, a table each
     python scripts/bench.py --only w1,w2 --json out.json
-    python scripts/bench.py --only w2 --repeat 3   # three pairs, plain and fedray alternating; medians
+    python scripts/bench.py --only w2 --repeat 3   # three runs of each side, alternating; medians
+    python scripts/bench.py --part k3000 --floor   # one side alone (its RESULT line), e.g. the floor
 """
 
 from __future__ import annotations
@@ -42,17 +58,23 @@ from pathlib import Path
 import psutil
 
 ROOT = Path(__file__).resolve().parents[1]
-CONFIGS = {"w1": "bench_w1.yaml", "w2": "bench_w2.yaml", "k1000": "bench_1000.yaml", "scale": "bench_1000.yaml"}
+CONFIGS = {"w1": "bench_w1.yaml", "w2": "bench_w2.yaml", "k1000": "bench_1000.yaml", "scale": "bench_1000.yaml",
+           "k3000": "bench_3000.yaml", "k10000": "bench_10000.yaml"}
 SCALE_ROUNDS, SCALE_PER_ROUND = 3, (10, 100, 1000)
 
 
 def process_label(proc: psutil.Process, driver_pid: int) -> str:
-    """A short name for one process of the measured tree: the driver, a Ray daemon or an actor."""
+    """A short name for one process of the measured tree: the driver, a Ray daemon, an actor or a
+    worker of the floor side."""
     if proc.pid == driver_pid:
         return "driver"
     cmd = proc.cmdline()
     if not cmd:
         return "other"
+    if "multiprocessing.spawn" in " ".join(cmd[:3]):  # the floor's workers
+        return "worker"
+    if "multiprocessing.resource_tracker" in " ".join(cmd[:3]):
+        return "resource_tracker"
     if cmd[0].startswith("ray::"):
         return cmd[0].split(".")[0].split()[0]  # ray::ClientActor.run -> ray::ClientActor
     for part in cmd[:3]:
@@ -173,6 +195,138 @@ def run_plain(config, device: str = "cpu") -> dict:
     return {"accuracy": accuracy, "round_s": round_s}
 
 
+def _floor_train(model, x, y, tr, seed: int) -> None:
+    """One client's local SGD, as ``run_plain`` does it: batch order and torch's generator from ``seed``."""
+    import torch
+    import torch.nn.functional as F
+
+    opt = torch.optim.SGD(model.parameters(), lr=tr.lr)
+    gen = torch.Generator().manual_seed(seed)
+    torch.manual_seed(seed)
+    model.train()
+    for _ in range(tr.epochs):
+        order = torch.randperm(len(x), generator=gen)
+        for first in range(0, len(x), tr.batch_size):
+            idx = order[first:first + tr.batch_size]
+            opt.zero_grad(set_to_none=True)
+            F.cross_entropy(model(x[idx]), y[idx]).backward()
+            opt.step()
+
+
+def _floor_worker(conn, config) -> None:
+    """A worker process of the floor side (one torch thread). It receives the training set once (a
+    tensor in shared memory: one copy for all workers), the split and the model shapes, says it is
+    ready, then for each round ``(round, global states, its client ids)``: it trains those clients one after another and
+    sends back, per architecture, the float64 sum of their trained weights and their count. ``None``
+    ends it."""
+    import torch
+
+    from fedray.algorithms.base import task_seed
+    from fedray.models import create_model
+
+    torch.set_num_threads(1)
+    fed = config.federation
+    x_all, y_all, splits, input_shape, num_classes = conn.recv()
+    archs = [arch for arch, count in fed.architectures.items() for _ in range(count)]
+    models = {arch: create_model(arch, input_shape, num_classes) for arch in fed.architectures}
+    conn.send("ready")
+    while (task := conn.recv()) is not None:
+        rnd, global_states, cids = task
+        sums: dict[str, dict] = {}
+        counts: dict[str, int] = {}
+        for cid in cids:
+            model = models[archs[cid]]
+            model.load_state_dict(global_states[archs[cid]])
+            # a client's samples are gathered when it trains: no second copy of the data as shards
+            _floor_train(model, x_all[splits[cid]], y_all[splits[cid]], config.training,
+                         task_seed(config.seed, rnd, cid))
+            acc = sums.setdefault(archs[cid], {k: torch.zeros_like(v, dtype=torch.float64)
+                                               for k, v in model.state_dict().items()})
+            for k, v in model.state_dict().items():
+                acc[k] += v.detach().double()
+            counts[archs[cid]] = counts.get(archs[cid], 0) + 1
+        conn.send((sums, counts))
+
+
+def run_floor(config) -> dict:
+    """The multi-process floor: ``run_plain``'s FedAvg computation (same split, clients, batch order,
+    initial models and unweighted float64 average) with each round's clients trained by
+    ``os.cpu_count()`` worker processes of one torch thread each, what a careful simulator without
+    Ray does on this machine. The workers are spawned once per run; while they start, the parent
+    loads the data and moves the training set into shared memory, which it hands them once (so the
+    tree holds one copy, as Ray's object store gives fedray). Each round the parent sends every
+    worker the global models and a round-robin share of the round's sorted sampled clients (worker
+    w of W gets clients w, w + W, ...: a static split, which also mixes the architectures); each
+    worker folds its clients into one float64 running sum per architecture, and the parent adds the
+    workers' partials and divides. CPU only."""
+    import torch
+    import torch.multiprocessing as mp  # its pickler passes shared tensors as handles, not bytes
+
+    from fedray.algorithms.base import round_rng
+    from fedray.data import load_dataset, partition
+    from fedray.models import create_model
+
+    fed = config.federation
+    ctx = mp.get_context("spawn")  # no fork of a process that has imported torch
+    workers = []
+    for _ in range(os.cpu_count() or 1):
+        conn, child_conn = ctx.Pipe()
+        proc = ctx.Process(target=_floor_worker, args=(child_conn, config), daemon=True)
+        proc.start()
+        workers.append((proc, conn))
+    data = load_dataset(config.data.dataset, config.data.root)
+    splits = [torch.from_numpy(s) for s in partition(data.train_y, fed.num_clients, "iid", config.data.seed)]
+    x_all = torch.from_numpy(data.train_x).share_memory_()  # a copy in shared memory; the array goes
+    y_all = torch.from_numpy(data.train_y).share_memory_()
+    tx, ty = torch.from_numpy(data.test_x), torch.from_numpy(data.test_y)
+    input_shape, num_classes = data.input_shape, data.num_classes
+    del data
+    for _, conn in workers:
+        conn.send((x_all, y_all, splits, input_shape, num_classes))
+    models, global_states = {}, {}
+    for arch in fed.architectures:
+        torch.manual_seed(config.seed)
+        models[arch] = create_model(arch, input_shape, num_classes)
+        global_states[arch] = {k: v.clone() for k, v in models[arch].state_dict().items()}
+    for _, conn in workers:  # the rounds are timed from here, as the plain loop's after its set-up
+        assert conn.recv() == "ready"
+    round_s = []
+    for rnd in range(1, fed.rounds + 1):
+        start = time.perf_counter()
+        chosen = sorted(int(c) for c in
+                        round_rng(config.seed, rnd).choice(fed.num_clients, fed.clients_per_round, replace=False))
+        for w, (_, conn) in enumerate(workers):
+            conn.send((rnd, global_states, chosen[w::len(workers)]))
+        sums: dict[str, dict] = {}
+        counts: dict[str, int] = {}
+        for _, conn in workers:
+            part_sums, part_counts = conn.recv()
+            for arch, part in part_sums.items():
+                if arch not in sums:
+                    sums[arch] = part
+                else:
+                    for k, v in part.items():
+                        sums[arch][k] += v
+                counts[arch] = counts.get(arch, 0) + part_counts[arch]
+        for arch, acc in sums.items():
+            global_states[arch] = {k: (acc[k] / counts[arch]).to(v.dtype) for k, v in global_states[arch].items()}
+        round_s.append(time.perf_counter() - start)
+    for proc, conn in workers:
+        conn.send(None)
+        proc.join()
+    accuracy = 0.0
+    for arch, model in models.items():
+        model.load_state_dict(global_states[arch])
+        model.eval()
+        correct = 0
+        with torch.inference_mode():
+            for first in range(0, len(tx), fed.eval_batch_size):
+                batch = slice(first, first + fed.eval_batch_size)
+                correct += int((model(tx[batch]).argmax(1) == ty[batch]).sum())
+        accuracy += fed.architectures[arch] / fed.num_clients * correct / len(ty)
+    return {"accuracy": accuracy, "round_s": round_s, "workers": len(workers)}
+
+
 def measure(command: list[str], env: dict | None = None) -> tuple[dict, subprocess.CompletedProcess]:
     """Run ``command``; its wall time and peak summed PSS (with the split by process at the peak)."""
     start_epoch, start = time.time(), time.perf_counter()
@@ -188,8 +342,10 @@ def measure(command: list[str], env: dict | None = None) -> tuple[dict, subproce
             "mem_split_mb": {k: v / 2**20 for k, v in sorted(mem.split.items(), key=lambda kv: -kv[1])}}, done
 
 
-def side_plain(workload: str, overrides: list[str], device: str = "cpu") -> dict:
-    result, done = measure([sys.executable, __file__, "--part", workload, "--device", device, *overrides])
+def side_plain(workload: str, overrides: list[str], device: str = "cpu", floor: bool = False) -> dict:
+    """The plain loop (or, with ``floor``, the multi-process floor) as its own measured command."""
+    result, done = measure([sys.executable, __file__, "--part", workload, "--device", device,
+                            *(["--floor"] if floor else []), *overrides])
     line = next(l for l in done.stdout.splitlines() if l.startswith("RESULT "))
     return {**result, **json.loads(line[len("RESULT "):])}
 
@@ -240,40 +396,67 @@ def hosts(fedray: dict) -> str:
     return f"{fedray['actors']} client actors"
 
 
+RATIOS = ("time_ratio_floor", "memory_ratio_floor", "time_ratio_plain", "memory_ratio_plain")
+
+
+def ratios(plain: dict, floor: dict | None, fedray: dict) -> dict:
+    """fedray's wall time and peak memory over the floor's and over the plain loop's."""
+    out = {"time_ratio_floor": None, "memory_ratio_floor": None}
+    if floor:
+        out = {"time_ratio_floor": fedray["wall_s"] / floor["wall_s"],
+               "memory_ratio_floor": fedray["peak_mem_mb"] / floor["peak_mem_mb"]}
+    return {**out, "time_ratio_plain": fedray["wall_s"] / plain["wall_s"],
+            "memory_ratio_plain": fedray["peak_mem_mb"] / plain["peak_mem_mb"]}
+
+
 def paired(workload: str, repeat: int, device: str) -> dict:
-    """``repeat`` runs of each side, alternating plain and fedray so that both see the same load on
-    the machine; the ratios of each pair, their medians, and the pair with the median time ratio."""
-    pairs = []
+    """``repeat`` runs of each side, alternating plain, floor and fedray so that all see the same load
+    on the machine; the ratios of each repeat, their medians, and the repeat with the median time
+    ratio against the floor (against the plain loop where there is no floor: on a GPU)."""
+    runs = []
     for _ in range(repeat):
-        plain, fedray = side_plain(workload, [], device), side_fedray(workload, [], device)
-        pairs.append({"plain": plain, "fedray": fedray, "time_ratio": fedray["wall_s"] / plain["wall_s"],
-                      "memory_ratio": fedray["peak_mem_mb"] / plain["peak_mem_mb"]})
-        print_table(workload, plain, fedray)
+        plain = side_plain(workload, [], device)
+        floor = side_plain(workload, [], floor=True) if device == "cpu" else None  # the floor is CPU only
+        fedray = side_fedray(workload, [], device)
+        runs.append({"plain": plain, "floor": floor, "fedray": fedray, **ratios(plain, floor, fedray)})
+        print_table(workload, plain, floor, fedray)
         sys.stdout.flush()
-    time_ratio = float(statistics.median(p["time_ratio"] for p in pairs))
-    middle = min(pairs, key=lambda p: abs(p["time_ratio"] - time_ratio))  # its tables go in the JSON
-    out = {**middle, "time_ratio": time_ratio,
-           "memory_ratio": float(statistics.median(p["memory_ratio"] for p in pairs))}
+    key = "time_ratio_floor" if runs[0]["floor"] else "time_ratio_plain"
+    median = {r: float(statistics.median(run[r] for run in runs)) if runs[0][r] is not None else None
+              for r in RATIOS}
+    middle = min(runs, key=lambda run: abs(run[key] - median[key]))  # its tables go in the JSON
+    out = {**middle, **median}
     if repeat > 1:
-        out["time_ratios"] = [p["time_ratio"] for p in pairs]
-        out["memory_ratios"] = [p["memory_ratio"] for p in pairs]
-        out["first_round_s"] = [p["fedray"]["first_round_s"] for p in pairs]
-        print(f"{workload}, {repeat} pairs: time ratios {', '.join(f'{r:.3f}' for r in out['time_ratios'])} "
-              f"(median {time_ratio:.3f}); memory ratios "
-              f"{', '.join(f'{r:.2f}' for r in out['memory_ratios'])} (median {out['memory_ratio']:.2f}); "
-              f"fedray's first round ends at {', '.join(f'{t:.1f}' for t in out['first_round_s'])} s", flush=True)
+        shown = [r for r in RATIOS if median[r] is not None]
+        for r in shown:  # time_ratio_floor -> time_ratios_floor: each repeat's
+            out[r.replace("ratio", "ratios")] = [run[r] for run in runs]
+        out["first_round_s"] = [run["fedray"]["first_round_s"] for run in runs]
+        listed = "; ".join(f"fedray / {r.split('_')[2]} {r.split('_')[0]} "
+                           f"{', '.join(f'{x:.3f}' for x in out[r.replace('ratio', 'ratios')])} "
+                           f"(median {median[r]:.3f})" for r in shown)
+        print(f"{workload}, {repeat} repeats: {listed}; fedray's first round ends at "
+              f"{', '.join(f'{t:.1f}' for t in out['first_round_s'])} s", flush=True)
     return out
 
 
-def print_table(name: str, plain: dict, fedray: dict) -> None:
+def print_table(name: str, plain: dict, floor: dict | None, fedray: dict) -> None:
     print(f"\n{name}")
     print(f"{'':8} {'wall s':>8} {'peak MB':>9} {'accuracy':>9}  first round ends at")
     print(f"{'plain':8} {plain['wall_s']:8.1f} {plain['peak_mem_mb']:9.0f} {plain['accuracy']:9.4f}")
+    if floor:
+        print(f"{'floor':8} {floor['wall_s']:8.1f} {floor['peak_mem_mb']:9.0f} {floor['accuracy']:9.4f}  "
+              f"({floor['workers']} worker processes)")
     print(f"{'fedray':8} {fedray['wall_s']:8.1f} {fedray['peak_mem_mb']:9.0f} {fedray['accuracy']:9.4f}  "
           f"{fedray['first_round_s']:.1f} s  ({hosts(fedray)})")
-    print(f"ratio fedray / plain: time {fedray['wall_s'] / plain['wall_s']:.3f}, "
-          f"memory {fedray['peak_mem_mb'] / plain['peak_mem_mb']:.2f}")
-    print("fedray's memory at its peak, MB: " + ", ".join(f"{k} {v:.0f}" for k, v in fedray["mem_split_mb"].items()))
+    r = ratios(plain, floor, fedray)
+    against_floor = (f"ratio fedray / floor: time {r['time_ratio_floor']:.3f}, memory {r['memory_ratio_floor']:.2f}; "
+                     if floor else "")
+    print(f"{against_floor}ratio fedray / plain: time {r['time_ratio_plain']:.3f}, "
+          f"memory {r['memory_ratio_plain']:.2f}")
+    for side, r in (("floor", floor), ("fedray", fedray)):
+        if r:
+            print(f"{side}'s memory at its peak, MB: "
+                  + ", ".join(f"{k} {v:.0f}" for k, v in r["mem_split_mb"].items()))
 
 
 def scale(device: str = "cpu") -> list[dict]:
@@ -282,32 +465,41 @@ def scale(device: str = "cpu") -> list[dict]:
     for k in SCALE_PER_ROUND:
         overrides = [f"federation.clients_per_round={k}", f"federation.rounds={SCALE_ROUNDS}",
                      f"federation.eval_every={SCALE_ROUNDS}", f"checkpoint_every={SCALE_ROUNDS}"]
-        plain, fedray = side_plain("scale", overrides, device), side_fedray("scale", overrides, device)
+        sides = {"plain": side_plain("scale", overrides, device)}
+        if device == "cpu":
+            sides["floor"] = side_plain("scale", overrides, floor=True)
+        sides["fedray"] = side_fedray("scale", overrides, device)
         row = {"clients_per_round": k}
-        for side, r in (("plain", plain), ("fedray", fedray)):
+        for side, r in sides.items():
             row[f"{side}_ms_per_update"] = 1000 * sum(r["round_s"][1:]) / (k * (SCALE_ROUNDS - 1))
             row[f"{side}_peak_mem_mb"] = r["peak_mem_mb"]
         rows.append(row)
-        print(f"{k:5} clients/round: ms per client update plain {row['plain_ms_per_update']:.1f}, "
-              f"fedray {row['fedray_ms_per_update']:.1f} (ratio "
-              f"{row['fedray_ms_per_update'] / row['plain_ms_per_update']:.3f}); peak MB plain "
-              f"{row['plain_peak_mem_mb']:.0f}, fedray {row['fedray_peak_mem_mb']:.0f}", flush=True)
+        ms = {side: row[f"{side}_ms_per_update"] for side in sides}
+        mb = {side: row[f"{side}_peak_mem_mb"] for side in sides}
+        against = ", ".join(f"fedray / {side} {ms['fedray'] / ms[side]:.3f}"
+                            for side in ("floor", "plain") if side in ms)
+        print(f"{k:5} clients/round: ms per client update {', '.join(f'{s} {v:.1f}' for s, v in ms.items())} "
+              f"({against}); peak MB {', '.join(f'{s} {v:.0f}' for s, v in mb.items())}", flush=True)
     return rows
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--part", choices=sorted(CONFIGS), help=argparse.SUPPRESS)
+    parser.add_argument("--floor", action="store_true", help=argparse.SUPPRESS)  # with --part: the floor side
     parser.add_argument("overrides", nargs="*", help=argparse.SUPPRESS)
-    parser.add_argument("--only", default="w1,w2,k1000,scale", help="comma-separated: w1, w2, k1000, scale")
+    parser.add_argument("--only", default="w1,w2,k1000,scale",
+                        help="comma-separated: w1, w2, k1000, scale, k3000, k10000")
     parser.add_argument("--json", help="also write the results to this file")
     parser.add_argument("--repeat", type=int, default=1,
-                        help="pairs of runs per workload (w1, w2, k1000); the medians are reported")
+                        help="runs of each side per workload (not scale); the medians are reported")
     parser.add_argument("--device", default="cpu", choices=["cpu", "cuda"],
                         help="cuda: the plain loop on the GPU; fedray with 4 client actors and the server sharing it")
     args = parser.parse_args()
     if args.part:
-        print("RESULT " + json.dumps(run_plain(load(args.part, args.overrides), args.device)), flush=True)
+        config = load(args.part, args.overrides)
+        result = run_floor(config) if args.floor else run_plain(config, args.device)
+        print("RESULT " + json.dumps(result), flush=True)
         return
     results = {"machine": machine(args.device), "device": args.device}
     print(f"on {results['machine']}", flush=True)
