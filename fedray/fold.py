@@ -30,6 +30,7 @@ float32 result plus the float64 error of K additions, K * 2**-52 * max_i |c_i x_
 
 from __future__ import annotations
 
+import threading
 from dataclasses import dataclass, field
 from typing import Any, Hashable, Iterable, Optional, Union
 
@@ -53,6 +54,25 @@ def _times(coef: Any, x: np.ndarray) -> np.ndarray:
     """c * x in float64, an array even when 0-d (BatchNorm's counter)."""
     out = np.empty(np.broadcast_shapes(np.shape(coef), np.shape(x)), dtype=np.float64)
     return np.multiply(coef, x, out=out, dtype=np.float64)
+
+
+_scratch = threading.local()  # a float64 buffer per shape and thread, for c * x on its way into a sum
+
+
+def _add_times(acc: np.ndarray, coef: Any, x: np.ndarray) -> None:
+    """acc += c * x with c * x rounded to float64 first, in a reused buffer (a fresh 13 MB array
+    per client costs its page faults); c = 1 adds x itself, which is the same (1 * x is x)."""
+    if np.ndim(coef) == 0 and coef == 1:
+        np.add(acc, x, out=acc)
+        return
+    shape = np.broadcast_shapes(np.shape(coef), np.shape(x))
+    buffers = _scratch.__dict__.setdefault("buffers", {})
+    if shape not in buffers:
+        if len(buffers) > 256:  # a model's tensor shapes are far fewer; this bounds odd uses
+            buffers.clear()
+        buffers[shape] = np.empty(shape, dtype=np.float64)
+    product = np.multiply(coef, x, out=buffers[shape], dtype=np.float64)
+    np.add(acc, product, out=acc)
 
 
 @dataclass
@@ -81,15 +101,22 @@ class Sum:
         return self.total
 
     def add(self, other: "Sum") -> "Sum":
-        """``self`` + ``other``, in place (``self`` must not be shared)."""
-        mine, theirs = self.value(), other.value()
+        """``self`` + ``other``, in place (``self`` must not be shared). A term of one client is
+        added as ``c * x`` without keeping ``c * x`` (one rounding for the product, one for the sum,
+        as when it is made first)."""
+        mine = self.value()
         if not all(v.flags.writeable for v in (mine.values() if isinstance(mine, dict) else [mine])):
             self.total = mine = _map(np.array, mine)  # came through Ray's object store: read-only
+        if other.total is None:
+            coef, theirs = other.term
+            add = lambda acc, x: _add_times(acc, coef, x)  # noqa: E731
+        else:
+            theirs, add = other.total, np.add
         if isinstance(mine, dict):
             for k, v in mine.items():
-                v += theirs[k]
+                add(v, theirs[k], out=v) if add is np.add else add(v, theirs[k])
         else:
-            mine += theirs
+            add(mine, theirs, out=mine) if add is np.add else add(mine, theirs)
         self.weight = self.weight + other.weight
         self.count += other.count
         return self
