@@ -8,20 +8,25 @@
 eta is ``training.lr``; the batch size is ``training.batch_size``. The sum runs over the clients of
 the round (all M when ``clients_per_round == num_clients``, the thesis setting). Buffers such as
 BatchNorm statistics are not gradients: they are averaged from the clients' forward passes.
+
+The all-reduce is a sum, so the hosts fold sum_i g_i and the buffers' sum (``fedray.fold``;
+``DSGDClient.contribution``) and no gradient reaches the server.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Optional
 
 import torch
 import torch.nn.functional as F
 
 from fedray.algorithms.base import ClientAlgorithm, Gradient, Params, Strategy, VirtualClient
-from fedray.algorithms.helpers import group_by_arch, mean_client_loss
+from fedray.algorithms.helpers import mean_client_loss
+from fedray.fold import Sums, Terms
 from fedray.messages import ClientTask, ClientUpdate
 from fedray.training import batch_indices
-from fedray.weights import Weights, set_weights, weighted_mean
+from fedray.weights import Weights, set_weights
 
 
 @dataclass(frozen=True)
@@ -53,21 +58,25 @@ class DSGDClient(ClientAlgorithm):
     def upload(self, task: ClientTask, theta: Weights, local: Gradient, client: VirtualClient) -> GradientUpload:
         return GradientUpload(local.grad, local.buffers)
 
+    def contribution(self, update: ClientUpdate, client: Optional[VirtualClient]) -> Terms:
+        """g_i and the buffers, each with c_i = 1 (the all-reduce's sum; a model without buffers has none)."""
+        grad, buffers = update.payload.grad, update.payload.buffers
+        return {"grad": (1.0, grad), **({"buffers": (1.0, buffers)} if buffers else {})}
+
 
 class DSGD(Strategy):
     name = "dsgd"
     Params = Params
     Client = DSGDClient
 
-    def aggregate(self, round: int, updates: list[ClientUpdate]) -> dict[str, float]:
+    def aggregate_sums(self, round: int, sums: Sums, updates: list[ClientUpdate]) -> dict[str, float]:
         eta = self.config.training.lr
-        for arch, group in group_by_arch(updates).items():
-            ones = [1.0] * len(group)
-            g = weighted_mean([u.payload.grad for u in group], ones)  # 1/M sum_i g_i
+        for arch, named in sums.items():
+            g = named["grad"].mean()  # 1/M sum_i g_i, summed on the hosts
             model = dict(self.models[arch])
             for name, grad in g.items():
                 model[name] = (model[name] - eta * grad).astype(model[name].dtype)  # theta - eta g
-            if group[0].payload.buffers:
-                model.update(weighted_mean([u.payload.buffers for u in group], ones))
+            if "buffers" in named:
+                model.update(named["buffers"].mean())
             self.models[arch] = model
         return mean_client_loss(updates)

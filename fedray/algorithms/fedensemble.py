@@ -2,6 +2,10 @@
 the answer is the ensemble of every user's latest local model, scored by the mean of their logits
 (the paper: "ensembles the prediction outputs of all user models"; a user is in once it has
 trained). ``eval/accuracy`` is the ensemble's; ``eval/accuracy_global`` the averaged model's.
+
+It does not fold (``fedray.fold``): the ensemble keeps every user's latest model, which no sum over
+the round's clients gives, so each model travels to the server whole. Folding the averaged model as
+well would save nothing (the same uploads are in the server anyway), so it is averaged there, as before.
 """
 
 from __future__ import annotations

@@ -1,4 +1,7 @@
-"""FedAvg, DSGD and FedProx server/client arithmetic on hand-computed tensors."""
+"""FedAvg, DSGD and FedProx server/client arithmetic on hand-computed tensors; what every method that
+folds (``fedray.fold``) owes, checked here for DSGD and used by the other methods' tests."""
+
+from dataclasses import replace
 
 import numpy as np
 import torch
@@ -6,6 +9,7 @@ import torch
 from fedray.algorithms.dsgd import GradientUpload
 from fedray.algorithms.fedprox import FedProxClient, FedProxParams
 from fedray.config import build_config
+from fedray.fold import Folder, add_terms
 from fedray.messages import ClientSpec, ClientUpdate
 from fedray.weights import nbytes, weighted_mean
 from tests.support import make_strategy
@@ -18,11 +22,21 @@ class Tiny(torch.nn.Module):
         self.register_buffer("count", torch.zeros((), dtype=torch.int64))
 
 
-def strategy(name, **params):
-    config = build_config({"federation": {"num_clients": 3, "clients_per_round": 3, "architectures": {"mlp": 3}},
+class Wide(Tiny):
+    """Tiny with 64 parameters: room for the rounding of sums in different orders to show."""
+
+    def __init__(self):
+        super().__init__()
+        self.w = torch.nn.Parameter(torch.zeros(64))
+
+
+def strategy(name, clients=3, build=Tiny, **params):
+    """The method's server half over ``clients`` clients of 1, 1, 2, 1, 1, 2, ... samples."""
+    config = build_config({"federation": {"num_clients": clients, "clients_per_round": clients,
+                                          "architectures": {"mlp": clients}},
                            "algorithm": {"name": name, **params}, "training": {"lr": 0.5}})
-    specs = [ClientSpec(i, "mlp", np.arange(n)) for i, n in enumerate([1, 1, 2])]
-    return make_strategy(config, specs, lambda arch: Tiny())
+    specs = [ClientSpec(i, "mlp", np.arange(1 + (i % 3 == 2))) for i in range(clients)]
+    return make_strategy(config, specs, lambda arch: build())
 
 
 def update(cid, n, w, count=0):
@@ -99,3 +113,121 @@ def test_one_broadcast_entry_per_architecture():
         archs = {t.arch for t in plan.tasks}
         assert set(plan.broadcast) == {f"model/{a}" for a in archs}
         assert all(t.payload_keys == (f"model/{t.arch}",) for t in plan.tasks) and len(plan.tasks) == 4
+
+
+# -- folding (fedray.fold) ------------------------------------------------------------------------
+def spread(k, seed=0):
+    """``k`` float32 vectors of Wide's size whose magnitudes span twelve orders (more than float64
+    holds beyond float32's 24 bits): float64 sums of them in different orders do round differently."""
+    rng = np.random.default_rng(seed)
+    return [(rng.standard_normal(64) * 10.0 ** rng.integers(-6, 6)).astype(np.float32) for _ in range(k)]
+
+
+def fold(s, updates, unit):
+    """The round's sums as hosts fold them: the clients of each unit (``unit(client_id)``) in
+    client-id order through the client half's ``contribution``, the units' sums added in unit order
+    (here they arrive last unit first)."""
+    client, parts = s.client_half(), {}
+    for u in sorted(updates, key=lambda u: u.client_id):
+        add_terms(parts.setdefault(unit(u.client_id), {}), u.arch, client.contribution(u, None))
+    folder = Folder(sorted(parts))
+    for key in sorted(parts, reverse=True):
+        folder.add(key, parts[key])
+    return folder.result()
+
+
+def leaves(tree, path=""):
+    """(path, array) for every value in a strategy's state: dicts, tuples, objects' attributes."""
+    if isinstance(tree, dict):
+        items = tree.items()
+    elif isinstance(tree, (list, tuple)):
+        items = enumerate(tree)
+    elif hasattr(tree, "__dict__"):
+        items = vars(tree).items()
+    else:
+        yield path, np.asarray(tree)
+        return
+    for key, value in items:
+        yield from leaves(value, f"{path}/{key}")
+
+
+def assert_same_state(a, b):
+    left, right = dict(leaves(a.state_dict())), dict(leaves(b.state_dict()))
+    assert left.keys() == right.keys()
+    for key, value in left.items():
+        np.testing.assert_array_equal(value, right[key], err_msg=key)
+
+
+def float64_bound(s, updates):
+    """How far two orders of float64 addition may leave each folded sum sum_i c_i x_i apart: each
+    order is within (K - 1) 2**-53 sum_i |c_i x_i| of the exact sum, so K 2**-52 sum_i |c_i x_i|
+    bounds them both (per architecture, name and tensor)."""
+    client, out = s.client_half(), {}
+    for u in updates:
+        for name, (c, x) in client.contribution(u, None).items():
+            into = out.setdefault(u.arch, {}).setdefault(name, {})
+            for key, v in (x.items() if isinstance(x, dict) else [("", x)]):
+                into[key] = into.get(key, 0.0) + np.abs(np.multiply(c, v, dtype=np.float64))
+    return {arch: {name: {key: len(updates) * 2.0**-52 * v for key, v in named.items()}
+                   for name, named in by_name.items()} for arch, by_name in out.items()}
+
+
+def fold_alike(make, updates, unit):
+    """What every method that folds owes: ``make()``'s strategy folds; aggregating the whole uploads
+    in the server (``aggregate``) is the one-unit fold bit for bit; the same split folded twice gives
+    the same bits; and folded in the split ``unit``, each sum stays within the float64 bound of the
+    one-unit fold's. Returns the one-unit and the split strategy (state after the round), their sums
+    and the bounds (``float64_bound``) for the method's own checks of its state."""
+    server = make()
+    assert server.folds
+    server.aggregate(1, updates)
+    bare = [replace(u, payload=None) for u in updates]
+    out = []
+    for split in (lambda cid: 0, unit, unit):
+        s = make()
+        sums = fold(s, updates, split)
+        s.aggregate_sums(1, sums, bare)
+        out.append((s, sums))
+    (one, sums_one), (split, sums_split), (again, _) = out
+    assert_same_state(one, server)
+    assert_same_state(split, again)
+    bound = float64_bound(one, updates)
+    moved = False
+    for arch, by_name in sums_one.items():
+        for name, total in by_name.items():
+            mine, theirs = total.value(), sums_split[arch][name].value()
+            for key, b in bound[arch][name].items():
+                x, y = (mine[key], theirs[key]) if key else (mine, theirs)
+                assert np.all(np.abs(x - y) <= b), (arch, name, key)
+                moved |= not np.array_equal(x, y)
+    return one, split, bound, moved
+
+
+def ulp(x):
+    """One float32 unit in the last place of ``x``."""
+    return np.spacing(np.abs(np.asarray(x, np.float32)))
+
+
+def test_dsgd_folds_the_mean_gradient_and_the_buffers():
+    k, eta = 40, 0.5
+    updates = [ClientUpdate(cid, "mlp", 1, GradientUpload({"w": g}, {"count": np.array(cid)}), 8, {"loss": 0.0})
+               for cid, g in enumerate(spread(k))]
+    one, split, bound, moved = fold_alike(lambda: strategy("dsgd", k, Wide), updates, lambda cid: cid * 5 // k)
+    assert moved  # the split does change the float64 sum's last bits here
+    # theta - eta g, g the sum's mean rounded to float32: each moves by the bound over K, rounded
+    g = one.models["mlp"]["w"]  # theta = 0: -eta g
+    within = eta * (bound["mlp"]["grad"]["w"] / k + ulp(g / eta)) + ulp(g)
+    assert np.all(np.abs(split.models["mlp"]["w"].astype(np.float64) - g) <= within)
+    assert split.models["mlp"]["count"] == one.models["mlp"]["count"] == round(sum(range(k)) / k)
+
+
+def test_fedensemble_keeps_every_upload():
+    """Its ensemble holds every user's latest model, which no sum over the clients gives: it does not fold."""
+    config = build_config({"federation": {"num_clients": 3, "clients_per_round": 3, "architectures": {"mlp": 3}},
+                           "algorithm": {"name": "fedensemble"}})
+    specs = [ClientSpec(i, "mlp", np.arange(2)) for i in range(3)]
+    s = make_strategy(config, specs, lambda arch: Tiny(), test_x=np.zeros((1, 2), np.float32), test_y=np.zeros(1, np.int64))
+    assert not s.folds
+    s.aggregate(1, [update(2, 2, [3, 3], 4), update(0, 1, [0, 3], 1), update(1, 1, [3, 0], 1)])
+    np.testing.assert_allclose(s.models["mlp"]["w"], [2.0, 2.0])  # FedAvg's mean, in the server
+    assert sorted(s.latest) == [0, 1, 2]
