@@ -15,6 +15,9 @@ its gradient is exactly c - c_i at every step (with plain SGD this is line 10; w
 weight decay the correction goes through the optimiser like the gradient). The control variates
 cover the model's parameters; buffers (BatchNorm statistics) are averaged as in FedAvg. Both
 directions carry a model and a control variate: twice FedAvg's bytes, as the paper notes.
+
+Lines 16 and 17 need the round's clients only through sum_i y_i and sum_i (c_i^+ - c_i), so the
+hosts fold them (``fedray.fold``; ``ScaffoldClient.contribution``) and no upload reaches the server.
 """
 
 from __future__ import annotations
@@ -28,11 +31,12 @@ import torch.nn.functional as F
 from pydantic import Field
 
 from fedray.algorithms.base import ClientAlgorithm, Params, ServerContext, Strategy, Trained, VirtualClient, task_seed
-from fedray.algorithms.helpers import group_by_arch, mean_client_loss
+from fedray.algorithms.helpers import mean_client_loss
 from fedray.config import Config
+from fedray.fold import Sums, Terms
 from fedray.messages import ClientTask, ClientUpdate, RoundPlan
 from fedray.training import ExtraLoss, Step, batch_indices
-from fedray.weights import Weights, set_weights, weighted_mean
+from fedray.weights import Weights, set_weights
 
 
 class ScaffoldParams(Params):
@@ -86,6 +90,10 @@ class ScaffoldClient(ClientAlgorithm):
         client.state["control"] = new
         return ScaffoldUpload(local.weights, {name: new[name] - own[name] for name in new})
 
+    def contribution(self, update: ClientUpdate, client: Optional[VirtualClient]) -> Terms:
+        """y_i (line 16; its buffers too) and c_i^+ - c_i (line 17), each with c_i = 1."""
+        return {"model": (1.0, update.payload.weights), "control": (1.0, update.payload.control_delta)}
+
     def full_gradient(self, arch: str, theta: Weights, client: VirtualClient) -> Weights:
         """The mean gradient of the local loss over all of D_i at x (option I), batch by batch."""
         model = self.model(arch)
@@ -135,18 +143,15 @@ class Scaffold(Strategy):
                  for c in clients]
         return RoundPlan(tasks=tasks, broadcast=broadcast)
 
-    def aggregate(self, round: int, updates: list[ClientUpdate]) -> dict[str, float]:
+    def aggregate_sums(self, round: int, sums: Sums, updates: list[ClientUpdate]) -> dict[str, float]:
         clients_of = {arch: sum(1 for c in self.ctx.clients if c.arch == arch) for arch in self.models}
-        for arch, group in group_by_arch(updates).items():
-            x, ones = self.models[arch], [1.0] * len(group)
-            mean = weighted_mean([u.payload.weights for u in group], ones)  # buffers: the clients' mean
-            mean_delta_c = weighted_mean([u.payload.control_delta for u in group], ones)
-            c = self.controls[arch]
-            for name in c:  # line 16 for the parameters
-                mean[name] = (x[name] + self.params.server_lr * (mean[name].astype(np.float64) - x[name])
-                              ).astype(x[name].dtype)
-            self.models[arch] = mean
-            # line 17: c + 1/N sum_S delta c_i = c + |S|/N mean_S delta c_i (N: this architecture's clients)
-            share = len(group) / clients_of[arch]
-            self.controls[arch] = {name: (c[name] + share * mean_delta_c[name]).astype(np.float32) for name in c}
+        for arch, named in sums.items():
+            x, c, y = self.models[arch], self.controls[arch], named["model"]
+            model, total = y.mean(), y.value()  # buffers: the clients' mean
+            for name in c:  # line 16 for the parameters: x + eta_g (1/|S| sum_i y_i - x)
+                model[name] = (x[name] + self.params.server_lr * (total[name] / y.count - x[name])).astype(x[name].dtype)
+            self.models[arch] = model
+            # line 17: c + 1/N sum_{i in S} (c_i^+ - c_i), N this architecture's clients
+            delta_c = named["control"].value()
+            self.controls[arch] = {name: (c[name] + delta_c[name] / clients_of[arch]).astype(np.float32) for name in c}
         return mean_client_loss(updates)

@@ -120,3 +120,33 @@ def test_option_two_with_momentum_or_adam_is_refused_in_one_line():
         with pytest.raises(ConfigError, match=message + ".*set .*or algorithm.control=I"):
             resolve(cfg)
     resolve(build_config({"algorithm": {"name": "scaffold", "control": "I"}, "training": {"momentum": 0.9}}))
+
+
+def test_server_step_folds_the_models_and_the_control_deltas():
+    """Lines 16-17 from sums folded on the hosts: as in the server, and any split of the clients into
+    fold units within the float64 bound (N = 50 clients, |S| = 40 of them, eta_g = 0.5)."""
+    from tests.algorithms.test_aggregation import Wide, fold_alike, spread, strategy, ulp
+
+    n, k, eta_g = 50, 40, 0.5
+    x0, c0 = spread(2, seed=1)
+
+    def make():
+        s = strategy("scaffold", n, Wide, server_lr=eta_g)
+        s.models["mlp"] = {"w": x0, "count": np.array(5)}
+        s.controls["mlp"] = {"w": c0}
+        return s
+
+    ys, dcs = spread(k, seed=2), spread(k, seed=3)
+    updates = [ClientUpdate(cid, "mlp", 2, ScaffoldUpload({"w": y, "count": np.array(cid)}, {"w": dc}), 16, {"loss": 1.0})
+               for cid, (y, dc) in enumerate(zip(ys, dcs))]
+    one, split, bound, moved = fold_alike(make, updates, lambda cid: cid * 7 // k)
+    assert moved
+    # by hand, in float64: x + eta_g (mean_S y_i - x) and c + 1/N sum_S delta c_i, rounded to float32
+    mean_y, sum_dc = np.mean(np.array(ys, np.float64), axis=0), np.sum(np.array(dcs, np.float64), axis=0)
+    np.testing.assert_allclose(one.models["mlp"]["w"], x0 + eta_g * (mean_y - x0), rtol=1e-6)
+    np.testing.assert_allclose(one.controls["mlp"]["w"], c0 + sum_dc / n, rtol=1e-6)
+    assert one.models["mlp"]["count"] == round(sum(range(k)) / k)
+    # another split moves each sum by at most its bound: the model by eta_g / |S| of it, the control by 1/N
+    w, c = one.models["mlp"]["w"], one.controls["mlp"]["w"]
+    assert np.all(np.abs(split.models["mlp"]["w"] - w.astype(np.float64)) <= eta_g * bound["mlp"]["model"]["w"] / k + ulp(w))
+    assert np.all(np.abs(split.controls["mlp"]["w"] - c.astype(np.float64)) <= bound["mlp"]["control"]["w"] / n + ulp(c))
