@@ -16,6 +16,9 @@ Alg. 2 starts from m_{-1} = 0 and v_{-1} >= tau^2; here v_{-1} = tau^2, and ther
 correction (the algorithm box has none). The optimiser moves the model's parameters; buffers
 (BatchNorm statistics) are averaged as in FedAvg, as the authors' TensorFlow Federated code does for
 non-trainable variables. ``momentum`` with beta_1 = 0 and eta = 1 is FedAvg exactly.
+
+Delta_t needs the clients only through their mean model, 1/|S| sum_i x_i (|D_i|-weighted with
+``weighted: true``): the hosts fold it as FedAvg's (``fedray.fold``), and no upload reaches the server.
 """
 
 from __future__ import annotations
@@ -27,9 +30,10 @@ from pydantic import Field
 
 from fedray.algorithms.base import ServerContext
 from fedray.algorithms.fedavg import AveragingParams, FedAvg
-from fedray.algorithms.helpers import group_by_arch, mean_client_loss, sample_weights
+from fedray.algorithms.helpers import mean_client_loss
+from fedray.fold import Sums
 from fedray.messages import ClientUpdate
-from fedray.weights import Weights, weighted_mean
+from fedray.weights import Weights
 
 
 class FedOptParams(AveragingParams):  # no ``share``: the server step moves whole models
@@ -55,10 +59,9 @@ class FedOpt(FedAvg):
                    for name, value in self.models[arch].items() if name in self.parameters[arch]}
             for arch in ctx.architectures}
 
-    def aggregate(self, round: int, updates: list[ClientUpdate]) -> dict[str, float]:
-        for arch, group in group_by_arch(updates).items():
-            mean = weighted_mean([u.payload for u in group], sample_weights(group, self.params.weighted))
-            self.models[arch] = self.server_step(self.models[arch], mean, self.moments[arch])
+    def aggregate_sums(self, round: int, sums: Sums, updates: list[ClientUpdate]) -> dict[str, float]:
+        for arch, named in sums.items():  # the clients' mean model, sum_i c_i x_i / sum_i c_i, folded on the hosts
+            self.models[arch] = self.server_step(self.models[arch], named["model"].mean(), self.moments[arch])
         return mean_client_loss(updates)
 
     def server_step(self, x: Weights, mean: Weights, moments: dict[str, tuple[np.ndarray, np.ndarray]]) -> Weights:

@@ -72,3 +72,31 @@ def test_unknown_optimizer_is_a_config_error():
 
     with pytest.raises(ConfigError, match="optimizer"):
         strategy("fedopt", optimizer="lamb")
+
+
+@pytest.mark.parametrize("optimizer", ["momentum", "adagrad", "yogi", "adam"])
+def test_the_mean_model_folds_on_the_hosts(optimizer):
+    """Delta_t from the |D_i|-weighted mean folded on the hosts: as in the server, and in any split of
+    the clients into fold units within the float64 bound of the mean, carried through the server step."""
+    from tests.algorithms.test_aggregation import Wide, fold, fold_alike, spread, ulp
+
+    k = 40
+    params = dict(optimizer=optimizer, weighted=True, server_lr=0.1, beta1=0.5, beta2=0.75, tau=0.5)
+
+    def make():
+        return strategy("fedopt", k, Wide, **params)
+
+    updates = [update(cid, 1 + cid % 7, x, cid) for cid, x in enumerate(spread(k))]
+    one, split, bound, moved = fold_alike(make, updates, lambda cid: cid * 5 // k)
+    assert moved
+    # the first round's step is monotone in each entry of the mean model (Alg. 2 lines 9-13, m and v
+    # from 0 and tau^2), and the split moves that mean by at most the bound over sum_i |D_i|, rounded
+    mean = fold(make(), updates, lambda cid: 0)["mlp"]["model"].mean()
+    d = bound["mlp"]["model"]["w"] / sum(u.num_samples for u in updates) + ulp(mean["w"])
+    ends = []
+    for sign in (-1, 1):
+        s = make()
+        ends.append(s.server_step(s.models["mlp"], {**mean, "w": mean["w"] + sign * d}, s.moments["mlp"])["w"])
+    w = split.models["mlp"]["w"]
+    assert np.all(w >= np.minimum(*ends) - ulp(w)) and np.all(w <= np.maximum(*ends) + ulp(w))
+    assert split.models["mlp"]["count"] == one.models["mlp"]["count"]
