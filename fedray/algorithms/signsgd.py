@@ -11,6 +11,11 @@ with values in [-s, s] and log2(2s + 1) bits each (eq. 4.10; 1 bit when s = 1), 
 that is smaller.
 Because S is an integer, client and server end with bit-identical models however a client catches
 up; a CRC32 of the server model travels with each task and is checked.
+
+The vote needs the clients only through sum_i sign(dtheta_i), so the hosts fold it (``fedray.fold``;
+``SignSGDClient.contribution``); a sum of +-1 is an integer, exact in float64 however the clients are
+grouped. The rest of the server step reads the updates without payloads: the ids (the catch-up
+cache) and the losses.
 """
 
 from __future__ import annotations
@@ -22,9 +27,10 @@ import numpy as np
 from pydantic import Field
 
 from fedray.algorithms.base import ClientAlgorithm, Params, ServerContext, Strategy, Trained, VirtualClient, task_seed
-from fedray.algorithms.helpers import CatchUpCache, ModelCheck, group_by_arch, mean_client_loss, model_crc
-from fedray.compression import CodedUpdate, decode_update, encode_update, majority_vote, sign
+from fedray.algorithms.helpers import CatchUpCache, ModelCheck, mean_client_loss, model_crc
+from fedray.compression import CodedUpdate, decode_update, encode_update, sign
 from fedray.config import Config
+from fedray.fold import Sums, Terms
 from fedray.messages import ClientTask, ClientUpdate, RoundPlan
 from fedray.weights import Weights, is_update, nbytes
 
@@ -76,6 +82,11 @@ class SignSGDClient(ClientAlgorithm):
         return CodedUpdate(encode_update("sign", {k: sign(local.weights[k] - theta[k])
                                                   for k in theta if is_update(theta[k])}))
 
+    def contribution(self, update: ClientUpdate, client: Optional[VirtualClient]) -> Terms:
+        """sign(dtheta_i), decoded to one byte per element, with c_i = 1: the vote's sum."""
+        shapes = {k: v.shape for k, v in self.initial(update.arch).items() if is_update(v)}
+        return {"signs": (1.0, {k: v.astype(np.int8) for k, v in decode_update(update.payload.tensors, shapes).items()})}
+
 
 class SignSGD(Strategy):
     name = "signsgd"
@@ -121,12 +132,12 @@ class SignSGD(Strategy):
                 return (key,)
         return (full_key,)
 
-    def aggregate(self, round: int, updates: list[ClientUpdate]) -> dict[str, float]:
-        for arch, group in group_by_arch(updates).items():
-            shapes = {k: v.shape for k, v in self.votes[arch].items()}
-            signs = [decode_update(u.payload.tensors, shapes) for u in group]
-            vote = {k: majority_vote([s[k] for s in signs]).astype(np.int64) for k in shapes}
-            self.votes[arch] = {k: self.votes[arch][k] + vote[k] for k in shapes}
+    def aggregate_sums(self, round: int, sums: Sums, updates: list[ClientUpdate]) -> dict[str, float]:
+        for arch, named in sums.items():
+            total = named["signs"].value()  # sum_i sign(dtheta_i), folded on the hosts
+            # v = sign(sum_i sign(dtheta_i)), a tie counting as +1 (compression.majority_vote)
+            vote = {k: np.where(total[k] >= 0, 1, -1).astype(np.int64) for k in self.votes[arch]}
+            self.votes[arch] = {k: self.votes[arch][k] + vote[k] for k in vote}
             self.models[arch] = model_from_votes(self.initial[arch], self.votes[arch], self.step)
             self.cache.add(arch, round, vote)
         self.cache.trained([u.client_id for u in updates], round)

@@ -82,3 +82,28 @@ def test_resume_matches_uninterrupted_run(tmp_path):
         resumed.run_round()
     for name, value in whole.strategy.models["mlp"].items():
         np.testing.assert_array_equal(value, resumed.strategy.models["mlp"][name])
+
+
+def test_the_vote_folds_on_the_hosts_exactly_in_any_split():
+    """The majority vote from sum_i sign(dtheta_i) folded on the hosts: a sum of +-1 is exact in
+    float64, so every split of the clients into fold units gives the server's vote bit for bit."""
+    from tests.algorithms.test_aggregation import Wide, assert_same_state, fold_alike, strategy
+
+    k = 40  # even: some entries tie, and a tie votes +1
+    rng = np.random.default_rng(0)
+    signs = np.where(rng.random((k, 64)) < 0.5, 1.0, -1.0).astype(np.float32)
+    signs[:, 0] = [1.0, -1.0] * (k // 2)
+    updates = []
+    for cid, s in enumerate(signs):
+        payload = CodedUpdate({"w": encode_tensor("sign", s)})
+        updates.append(ClientUpdate(cid, "mlp", 2, payload, len(payload.tensors["w"]), {"loss": 0.0}))
+    for unit in (lambda cid: cid * 7 // k, lambda cid: cid):
+        one, split, _, moved = fold_alike(lambda: strategy("signsgd", k, Wide, step=0.5), updates, unit)
+        assert not moved
+        assert_same_state(split, one)
+    total = signs.astype(np.int64).sum(axis=0)
+    np.testing.assert_array_equal(one.votes["mlp"]["w"], np.where(total >= 0, 1, -1))
+    assert one.votes["mlp"]["w"][0] == 1  # the tie
+    np.testing.assert_array_equal(one.models["mlp"]["w"], 0.5 * np.where(total >= 0, 1, -1).astype(np.float32))
+    assert sorted(one.cache.synced) == list(range(k))  # the catch-up cache reads the ids off the bare updates
+    np.testing.assert_array_equal(one.cache.updates["mlp"][1]["w"], one.votes["mlp"]["w"])
