@@ -19,6 +19,9 @@ baseline (lxcnju/FedRepo, ``reg_way: fedmmd``) compares the penultimate features
 (``layer: features``) with five Gaussian kernels exp(-d^2 / b) whose bandwidths b are the mean
 pairwise squared distance of the joint batch times 2^-2 .. 2^2 (``kernel: adaptive``). The VCIP
 text was not available to us; where it says otherwise, it wins.
+
+The server step is FedAvg's, so the hosts fold the clients' models as FedAvg's (``fedray.fold``;
+with ``share: head`` they do not, as FedAvg's); the logged MMD^2 is read off the clients' metrics.
 """
 
 from __future__ import annotations
@@ -31,6 +34,7 @@ from pydantic import Field
 
 from fedray.algorithms.fedavg import FedAvg, FedAvgParams
 from fedray.algorithms.head_sharing import HeadSharingClient
+from fedray.fold import Sums
 from fedray.messages import ClientTask, ClientUpdate
 from fedray.training import ExtraLoss, Step
 
@@ -106,9 +110,15 @@ class FedMMD(FedAvg):
     Params = FedMMDParams
     Client = FedMMDClient
 
+    def aggregate_sums(self, round: int, sums: Sums, updates: list[ClientUpdate]) -> dict[str, float]:
+        return {**super().aggregate_sums(round, sums, updates), **mean_mmd(updates)}
+
     def aggregate(self, round: int, updates: list[ClientUpdate]) -> dict[str, float]:
-        metrics = super().aggregate(round, updates)
-        values = [u.metrics["mmd"] for u in updates if "mmd" in u.metrics]
-        if values:
-            metrics["fedmmd/mmd"] = sum(values) / len(values)  # the clients' mean MMD^2 over their steps
-        return metrics
+        # with share: head FedAvg aggregates the whole uploads and never calls aggregate_sums
+        return {**super().aggregate(round, updates), **mean_mmd(updates)}
+
+
+def mean_mmd(updates: list[ClientUpdate]) -> dict[str, float]:
+    """``fedmmd/mmd``: the clients' mean MMD^2 over their steps (none when lam = 0)."""
+    values = [u.metrics["mmd"] for u in updates if "mmd" in u.metrics]
+    return {"fedmmd/mmd": sum(values) / len(values)} if values else {}

@@ -145,3 +145,28 @@ def test_server_averages_and_logs_the_clients_mmd():
     assert metrics["fedmmd/mmd"] == pytest.approx(0.3)
     for k in w:
         np.testing.assert_allclose(s.models["mlp"][k], w[k] + 0.5, rtol=1e-6)
+
+
+def test_the_mean_model_folds_on_the_hosts_and_the_mmd_is_still_logged():
+    """FedAvg's fold (the clients' mean model) as in the server and within the float64 bound in
+    any split; with ``share: head`` it does not fold (FedAvg's), and both log the clients' MMD^2."""
+    from tests.algorithms.test_aggregation import Wide, fold, fold_alike, spread, strategy, ulp
+
+    k = 40
+    updates = [ClientUpdate(cid, "mlp", 2, {"w": x, "count": np.array(cid)}, 5, {"loss": 1.0, "mmd": 0.1 * (cid % 3)})
+               for cid, x in enumerate(spread(k))]
+    one, split, bound, moved = fold_alike(lambda: strategy("fedmmd", k, Wide, lam=0.1), updates, lambda cid: cid * 5 // k)
+    assert moved
+    mean = one.models["mlp"]["w"]
+    assert np.all(np.abs(split.models["mlp"]["w"] - mean.astype(np.float64)) <= bound["mlp"]["model"]["w"] / k + ulp(mean))
+    s = strategy("fedmmd", k, Wide, lam=0.1)
+    folded = s.aggregate_sums(1, fold(s, updates, lambda cid: 0), updates)
+    assert folded["fedmmd/mmd"] == pytest.approx(0.1 * np.mean([cid % 3 for cid in range(k)]))
+
+    cfg = config(lam=0.1, share="head")
+    heads = make_strategy(cfg, [ClientSpec(i, "mlp", np.arange(5)) for i in range(2)], lambda arch: mlp())
+    assert not heads.folds
+    w = get_weights(mlp())
+    ups = [ClientUpdate(i, "mlp", 1, {k: v + i for k, v in w.items()}, 5, {"loss": 1.0, "mmd": 0.2 + 0.2 * i})
+           for i in range(2)]
+    assert heads.aggregate(1, ups)["fedmmd/mmd"] == pytest.approx(0.3)
