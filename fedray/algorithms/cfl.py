@@ -26,6 +26,10 @@ their models) and writes once (``apply``: the new models and the splits). ``eps1
 (section 6.5): eps1 = eps1_fraction * max_t ||dtheta_c^t||, the largest cluster update so far (in
 practice the root's first rounds; thesis: a tenth, "as small as runtime allows", so short runs need a
 larger fraction), and eps2 = eps2_factor * eps1 (thesis: 1 to 10).
+
+CFL does not fold (``fedray.fold``): the split criterion needs every client's own update, its norm
+(6.29) and its cosine similarity with every other client's of the cluster (eq. 6.39), which no sum
+over the clients gives; so each P dtheta_i travels to the server whole.
 """
 
 from __future__ import annotations

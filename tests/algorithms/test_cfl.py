@@ -46,6 +46,7 @@ def upload(cid, values):
 
 def test_server_step_by_hand_splits_two_opposed_groups():
     s = server(4, eps1=1.0, eps2=0.5)
+    assert not s.folds  # the split criteria need every client's update (fedray.fold)
     plan = s.configure_round(1)
     assert [t.client_id for t in plan.tasks] == [0, 1, 2, 3] and list(plan.broadcast) == ["model/cluster0"]
     m = s.aggregate(1, [upload(0, [1, 0, 0]), upload(1, [1, 0.1, 0]), upload(2, [-1, 0, 0]), upload(3, [-1, 0, 0.1])])
