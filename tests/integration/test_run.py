@@ -12,6 +12,7 @@ from actors.driver import task_cause
 from fedray.checkpoint import CHECKPOINT, read_checkpoint
 from fedray.config import ConfigError
 from fedray.assembly import assemble
+from fedray.executor import LocalExecutor
 from fedray.federation import Federation
 from fedray.messages import ClientFailure, ClientTask, RoundPlan
 from fedray.runner import ERROR_LOG, RunFailed, run_experiment
@@ -152,3 +153,26 @@ def test_vectorised_cohorts_on_actors_match_the_sequential_run(local_ray, tmp_pa
     accuracy = [read_scalars(tmp_path / run)["eval/accuracy"] for run in ("vec", "seq")]
     assert [v for _, v in accuracy[0]] == pytest.approx([v for _, v in accuracy[1]], abs=0.01)
     assert accuracy[0][-1][1] > 0.70
+
+
+def test_folded_sums_do_not_depend_on_which_actor_ran_which_client(local_ray, tmp_path):
+    """FedAvg with clients_per_actor auto: any free actor takes the next fold group, and the hosts'
+    answers come in whatever order; the server adds the groups' sums in group order. Four actors
+    and the local backend (one host, every group in turn) end with the same models, to the last bit."""
+    def models(path, **runtime):
+        config = small_config(federation={"rounds": 2}, runtime={"clients_per_actor": "auto", "fold_groups": 4, **runtime})
+        local = runtime.get("backend") == "local"
+        fed = Federation(assemble(config, LocalExecutor if local else RayExecutor), path, checkpoints=False)
+        while not fed.done:
+            fed.run_round()
+        assert fed.strategy.folds
+        out = {arch: dict(w) for arch, w in fed.strategy.models.items()}
+        fed.finish()
+        return out, fed
+
+    four, fed = models(tmp_path / "four", actor_cpus=0.5)
+    assert len(fed.executor.actors) == 4 and fed.history[-1]["runtime/bytes_to_server"] > 0
+    local, _ = models(tmp_path / "local", backend="local", torch_threads=1)  # as many threads as an actor
+    for arch in four:
+        for name, value in four[arch].items():
+            np.testing.assert_array_equal(value, local[arch][name])
