@@ -6,7 +6,7 @@
         dtheta_i <- R_i + SGD_n(theta_i, D_i, b) - theta_i                     # train; eq. 4.4 with residual
         dtheta~_i <- compress(dtheta_i, p_up); R_i <- dtheta_i - dtheta~_i     # upload; eq. 4.5 (3.8)
         upload golomb_encode(dtheta~_i)
-    server:                                                                    # aggregate
+    server:                                                                    # aggregate_sums
         dtheta <- R + mean_i dtheta~_i                                         # eq. 4.6
         dtheta~ <- compress(dtheta, p_down); R <- dtheta - dtheta~             # eqs. 4.7, 4.8
         theta <- theta + dtheta~; broadcast golomb_encode(dtheta~) to all clients
@@ -21,20 +21,26 @@ latter sending the update without loss: dense, or as positions and values when t
 With ``down: none`` this is the upstream-only rule (4.4-4.5), and with every client taking part
 each round it is Alg. 4 (sparse k-nary DSGD) with ``training.steps`` as the delay n.
 Integer buffers (BatchNorm's batch counter) are not updates and are not sent.
+
+The server needs the clients only through mean_i dtheta~_i (eq. 4.6), so the method folds
+(``fedray.fold``): the host that ran a client decodes its bitstream, whose bytes are the client's
+``bytes_up``, and folds the decoded dtheta~_i (``STCClient.contribution``). R_i stays in the client's
+state; R, the downstream compression and the cache stay on the server.
 """
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Any, Literal, Optional
 
 import numpy as np
 from pydantic import Field
 
 from fedray.algorithms.base import ClientAlgorithm, Params, ServerContext, Strategy, Trained, VirtualClient, task_seed
-from fedray.algorithms.helpers import CatchUpCache, ModelCheck, group_by_arch, mean_client_loss, model_crc, sample_weights
+from fedray.algorithms.helpers import CatchUpCache, ModelCheck, mean_client_loss, model_crc
 from fedray.compression import CodedUpdate, compress_update, decode_update
+from fedray.fold import Sums, Terms
 from fedray.messages import ClientTask, ClientUpdate, RoundPlan
-from fedray.weights import Weights, is_update, nbytes, weighted_mean
+from fedray.weights import Weights, is_update, nbytes
 
 Compressor = Literal["stc", "sbc", "topk", "none"]
 
@@ -86,6 +92,13 @@ class STCClient(ClientAlgorithm):
             state["residual"] = {k: update[k] - compressed[k] for k in update}
         return payload
 
+    def contribution(self, update: ClientUpdate, client: Optional[VirtualClient]) -> Terms:
+        """dtheta~_i decoded from its bitstream, with c_i = |D_i| (``weighted``) or 1: eq. 4.6's mean.
+        The shapes are the model's, from the client's copy theta_i on its host (``upload`` keeps it)."""
+        model = client.state["theta"] if client is not None else self.initial(update.arch)
+        weight = float(update.num_samples) if self.params.weighted else 1.0
+        return {"update": (weight, decode_update(update.payload.tensors, float_shapes(model)))}
+
 
 class STC(Strategy):
     name = "stc"
@@ -117,12 +130,10 @@ class STC(Strategy):
             return {f"model/{arch}": self.models[arch]}
         return {f"delta/{arch}/{r}": d for r, d in zip(missed, deltas)}
 
-    def aggregate(self, round: int, updates: list[ClientUpdate]) -> dict[str, float]:
-        for arch, group in group_by_arch(updates).items():
+    def aggregate_sums(self, round: int, sums: Sums, updates: list[ClientUpdate]) -> dict[str, float]:
+        for arch, named in sums.items():
             theta = self.models[arch]
-            shapes = float_shapes(theta)
-            decoded = [decode_update(u.payload.tensors, shapes) for u in group]
-            mean = weighted_mean(decoded, sample_weights(group, self.params.weighted))
+            mean = named["update"].mean()  # mean_i dtheta~_i, decoded and folded on the hosts
             residual = self.residual.get(arch, {})
             delta = {k: residual.get(k, 0) + mean[k] for k in mean}  # eq. 4.6
             compressed, payload = compress_update(delta, self.params.down, self.params.p_down)

@@ -1,14 +1,16 @@
-"""STC for federated learning (thesis Alg. 7): server step by hand, residuals, downloads, bits."""
+"""STC for federated learning (thesis Alg. 7): server step by hand, residuals, downloads, bits, and
+the decoded updates folded where the clients are."""
 
 import numpy as np
 import pytest
 import torch
 
-from fedray.compression import CodedUpdate, encode_tensor
+from fedray.compression import CodedUpdate, compress_update, decode_update, encode_tensor
 from fedray.config import build_config
 from fedray.assembly import assemble
 from fedray.federation import Federation
 from fedray.messages import ClientFailure, ClientSpec, ClientUpdate
+from fedray.weights import weighted_mean
 from tests.support import make_strategy
 
 
@@ -139,3 +141,50 @@ def test_fashion_mnist_learns_with_50x_fewer_upstream_bits_than_fedavg(tmp_path)
     compressed = run({"name": "stc", "p_up": 0.01, "p_down": 0.01})
     assert compressed["eval/accuracy"] > 0.70  # chance 0.10; same 25 x 10 local iterations as FedAvg
     assert fedavg["comm/bytes_up_total"] >= 50 * compressed["comm/bytes_up_total"]
+
+
+def coded(cid, x, samples):
+    """Client ``cid``'s STC upload of the update ``x`` (positions and a mean magnitude, Golomb coded)."""
+    _, payload = compress_update({"w": x}, "stc", 0.25)
+    return ClientUpdate(cid, "mlp", samples, CodedUpdate(payload), len(payload["w"]), {"loss": 0.0})
+
+
+def test_the_hosts_fold_the_decoded_updates_and_the_server_step_reads_their_mean():
+    """Eq. 4.6's mean_i dtheta~_i is all the server needs of the clients: each host decodes its
+    clients' bitstreams and folds them (|D_i|-weighted here). Whole uploads aggregated in the server
+    are the one-unit fold bit for bit; another split of the clients moves the sums by float64
+    rounding only, and the model, theta + mean (``down: none``), by that over sum_i |D_i| and one
+    float32 rounding of the mean."""
+    from tests.algorithms.test_aggregation import Wide, fold_alike, spread, strategy, ulp
+
+    k = 24
+    updates = [coded(cid, x, 1 + cid % 5) for cid, x in enumerate(spread(k))]
+    one, split, bound, moved = fold_alike(lambda: strategy("stc", k, Wide, weighted=True, down="none"), updates,
+                                          lambda cid: cid % 4)
+    assert moved  # the split does change the float64 sum's last bits here
+    weight = sum(u.num_samples for u in updates)
+    decoded = [decode_update(u.payload.tensors, {"w": (64,)})["w"] for u in updates]
+    mean = weighted_mean([{"w": d} for d in decoded], [u.num_samples for u in updates])["w"]
+    for s in (one, split):  # weighted_mean sums the coefficients' shares: another order again
+        within = bound["mlp"]["update"]["w"] / weight + ulp(mean)
+        assert np.all(np.abs(s.models["mlp"]["w"].astype(np.float64) - mean) <= within)
+    assert one.cache.synced == split.cache.synced and len(one.cache.synced) == k
+    assert strategy("dgc", k, Wide).folds  # DGC's server and contribution are STC's
+
+
+def test_folding_on_the_hosts_or_in_the_server_gives_the_same_bits(tmp_path):
+    """``runtime.fold``: with fewer clients than fold groups each client is a unit of its own, so the
+    hosts' sums are the server's, added in the same client-id order: the same runs to the last bit."""
+    def final(fold):
+        tree = digits(3).to_dict()
+        tree["runtime"]["fold"] = fold
+        fed = Federation(assemble(build_config(tree)), tmp_path / str(fold))
+        for _ in range(3):
+            fed.run_round()
+        return fed.strategy
+
+    folded, sent = final(True), final(False)
+    for name, value in folded.models["mlp"].items():
+        np.testing.assert_array_equal(value, sent.models["mlp"][name])
+    for name, value in folded.residual["mlp"].items():
+        np.testing.assert_array_equal(value, sent.residual["mlp"][name])
