@@ -19,6 +19,13 @@ The paper's behaviour is the default; the authors' code's (digest B.2-B.3) is na
 model's on the real x of label y), ``start_round: 2`` (its first round is FedAvg), ``weighted:
 true``. The generator's optimiser, which the paper leaves out, is the code's: Adam, lr 3e-4,
 weight decay 1e-2, decayed by 0.98 a round, 50 steps of 32 samples.
+
+The server step needs the users through sums only (``fedray.fold``), so with eq. 4's teacher the
+method folds: FedAvg's sum_k c_k theta_k, the label counts sum_k c_k, and the heads sum_k theta_k^p,
+since the heads are linear, (1/K) sum_k g(z; theta_k^p) = g(z; (1/K) sum_k theta_k^p), and the
+generator trains against the mean head. ``teacher: counts`` weighs each user's cross-entropy on
+G_w(eps, y) by its share of label y: a function of every user's head and counts, not a sum, so
+then every upload travels to the server (as with ``share: head``, whose bodies the server keeps).
 """
 
 from __future__ import annotations
@@ -37,6 +44,7 @@ from fedray.algorithms.fedavg import FedAvg, FedAvgParams
 from fedray.algorithms.head_sharing import HEAD_PREFIX, HeadSharingClient, shared
 from fedray.config import ConfigError
 from fedray.distill.generator import Generator, draw_labels, draw_noise, train_generator
+from fedray.fold import Sums, Terms
 from fedray.messages import ClientTask, ClientUpdate, RoundPlan
 from fedray.training import ExtraLoss, Step, batch_indices, num_local_steps
 from fedray.weights import Weights, get_weights, set_weights
@@ -136,6 +144,12 @@ class FedGenClient(HeadSharingClient):
         counts = seen_labels(client.y, model.num_classes, cfg.batch_size, num_local_steps(len(client.x), cfg), task.seed)
         return FedGenUpload(self.share_weights(local.weights, client), counts)
 
+    def contribution(self, update: ClientUpdate, client: Optional[VirtualClient]) -> Terms:
+        """FedAvg's theta_k, and for the generator step theta_k^p and c_k, each with coefficient 1."""
+        weights = update.payload.weights
+        return {**super().contribution(replace(update, payload=weights), client),
+                "head": (1.0, {k: weights[k] for k in HEAD}), "labels": (1.0, update.payload.label_counts)}
+
 
 class FedGen(FedAvg):
     name = "fedgen"
@@ -181,20 +195,43 @@ class FedGen(FedAvg):
         broadcast = {**plan.broadcast, "generator": {"weights": self.generator, "prior": self.prior}}
         return RoundPlan(tasks=tasks, broadcast=broadcast)
 
+    @property
+    def folds(self) -> bool:
+        return super().folds and self.params.teacher == "mean_logits"  # counts: every user's head (docstring)
+
+    def aggregate_sums(self, round: int, sums: Sums, updates: list[ClientUpdate]) -> dict[str, float]:
+        """Eq. 4 against the mean head of the round's users, of every architecture (the generator is
+        one), then FedAvg's average per architecture."""
+        archs = [arch for arch in self.ctx.architectures if arch in sums]  # the run's order, whoever answered first
+        heads = [sums[arch]["head"] for arch in archs]
+        users = sum(h.count for h in heads)
+        mean = {k: np.add.reduce([h.value()[k] for h in heads]) / users for k in HEAD}
+        counts = np.add.reduce([sums[arch]["labels"].value() for arch in archs])  # exact: integers in float64
+        self.prior = counts / counts.sum()  # p^(y) from the users' counts
+        weight, bias = (torch.from_numpy(mean[k].astype(np.float32))[None] for k in HEAD)  # one head: the mean
+        stats = self.generator_step(round, weight, bias, torch.from_numpy(counts)[None])
+        return {**super().aggregate_sums(round, sums, updates), **stats}
+
     def aggregate(self, round: int, updates: list[ClientUpdate]) -> dict[str, float]:
-        p = self.params
+        if self.folds:
+            return super().aggregate(round, updates)  # folded here, then aggregate_sums
         counts = torch.from_numpy(np.stack([u.payload.label_counts for u in updates]).astype(np.float64))
         self.prior = (counts.sum(dim=0) / counts.sum()).numpy()  # p^(y) from the users' counts
-        device = self.ctx.device
         heads = [shared(u.payload.weights) for u in updates]
-        weight = torch.stack([torch.from_numpy(h[HEAD[0]]) for h in heads]).to(device)
-        bias = torch.stack([torch.from_numpy(h[HEAD[1]]) for h in heads]).to(device)
+        weight = torch.stack([torch.from_numpy(h[HEAD[0]]) for h in heads])
+        bias = torch.stack([torch.from_numpy(h[HEAD[1]]) for h in heads])
+        stats = self.generator_step(round, weight, bias, counts)
+        return {**super().aggregate(round, [replace(u, payload=u.payload.weights) for u in updates]), **stats}
+
+    def generator_step(self, round: int, weight: torch.Tensor, bias: torch.Tensor,
+                       counts: torch.Tensor) -> dict[str, float]:
+        """w <- w - lr grad_w J(w) (eq. 4) against the heads (K, C, d), (K, C) and label counts (K, C)."""
+        p, device = self.params, self.ctx.device
         for group in self._opt.param_groups:
             group["lr"] = p.gen_lr * p.gen_lr_decay ** (round - 1)
         rng = torch.Generator().manual_seed(task_seed(self.config.seed, round, 2**31 - 1))  # the server's own stream
-        stats = train_generator(self._gen, self._opt, weight, bias, counts.to(device=device, dtype=torch.float32),
-                                p.gen_steps, p.gen_batch_size, rng, noise=p.noise, labels=p.labels,
-                                teacher=p.teacher, diversity=p.diversity) if p.gen_steps else {}
-        metrics = super().aggregate(round, [replace(u, payload=u.payload.weights) for u in updates])
-        metrics.update({f"fedgen/{k}": v for k, v in stats.items()})
-        return metrics
+        stats = train_generator(self._gen, self._opt, weight.to(device), bias.to(device),
+                                counts.to(device=device, dtype=torch.float32), p.gen_steps, p.gen_batch_size, rng,
+                                noise=p.noise, labels=p.labels, teacher=p.teacher,
+                                diversity=p.diversity) if p.gen_steps else {}
+        return {f"fedgen/{k}": v for k, v in stats.items()}

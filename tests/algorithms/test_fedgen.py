@@ -1,5 +1,5 @@
 """FedGen (Zhu et al. 2021): the generator's losses on hand-computed tensors, a generator that
-learns to speak the heads' language, the client's eq. 5 steps, and FedAvg at alpha 0."""
+learns to speak the heads' language, the client's eq. 5 steps, FedAvg at alpha 0, and what folds."""
 
 import math
 
@@ -275,3 +275,40 @@ def test_share_head_is_refused_where_a_method_needs_whole_models(algorithm, mess
     cfg = digits("fedavg", 1, aux={"size": 200})
     with pytest.raises(ConfigError, match=message):
         resolve(build_config({**cfg.to_dict(), "algorithm": algorithm}))
+
+
+def test_the_mean_logits_teacher_is_the_mean_heads_logits():
+    """Eq. 4's teacher (1/K) sum_k g(z; theta_k^p) with linear heads is g(z; (1/K) sum_k theta_k^p):
+    why the hosts may fold the heads and the server train the generator against their mean."""
+    g = torch.Generator().manual_seed(0)
+    weight, bias = torch.randn(5, 10, 16, generator=g), torch.randn(5, 10, generator=g)
+    z, y = torch.randn(64, 16, generator=g), torch.randint(0, 10, (64,), generator=g)
+    every = teacher_loss(head_logits(z, weight, bias), y, torch.ones(5, 10), "mean_logits")
+    mean = teacher_loss(head_logits(z, weight.mean(0)[None], bias.mean(0)[None]), y, torch.ones(1, 10), "mean_logits")
+    torch.testing.assert_close(mean, every)  # float32 rounding apart
+
+
+def test_fedgen_folds_its_models_heads_and_label_counts():
+    """The hosts fold theta_k (FedAvg's term), theta_k^p and c_k; whole uploads aggregated in the
+    server are the one-unit fold bit for bit, generator and optimiser state included; another split
+    moves the float64 sums by rounding only; the label counts, integers, not at all. With the code's
+    teacher (``counts``) or ``share: head`` every upload travels."""
+    from tests.algorithms.test_aggregation import fold_alike
+
+    k, rng = 12, np.random.default_rng(0)
+    specs = [ClientSpec(i, "mlp", np.arange(5)) for i in range(k)]
+    w = get_weights(mlp())
+
+    def weights():  # magnitudes over twelve orders, so that float64 sums in other orders round otherwise
+        return {n: (rng.normal(size=v.shape) * 10.0 ** rng.integers(-6, 6)).astype(v.dtype) for n, v in w.items()}
+
+    ups = [ClientUpdate(i, "mlp", 5 + i, FedGenUpload(weights(), rng.integers(0, 40, 3)), 0, {"loss": 1.0})
+           for i in range(k)]
+    one, split, bound, moved = fold_alike(lambda: make_strategy(config(gen_steps=3, weighted=True), specs, mlp), ups,
+                                          lambda cid: cid // 5)
+    assert moved
+    counts = np.sum([u.payload.label_counts for u in ups], axis=0)
+    np.testing.assert_array_equal(one.prior, counts / counts.sum())
+    np.testing.assert_array_equal(split.prior, one.prior)
+    assert not make_strategy(config(teacher="counts"), specs, mlp).folds
+    assert not make_strategy(config(share="head"), specs, mlp).folds
