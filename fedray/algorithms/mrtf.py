@@ -18,6 +18,10 @@ evaluates the uploaded local models itself: it holds X_g and the clients send th
 FedAvg. The authors' code refines a copy and keeps broadcasting the plain aggregate
 (``feed_back: false``); the paper broadcasts the refined model (the default).
 
+PA (``refine: false``) folds (``fedray.fold``): the hosts sum the local models, FedAvg's client's
+term. With refinement the server keeps every local model: its targets are each local model's
+predictions on X_g (eq. 6-7, 10), which the server holds and the clients do not.
+
 The authors' code's other rules are named options (``configs/mrtf_code.yaml`` sets them all):
 ``std: batch`` with ``tau: 1`` (eq. 6 per batch, no tau), ``weights: code`` (its eq. 10),
 ``ema: true`` (targets averaged across rounds), ``cluster_tau: 8`` with ``cluster_after: 0`` (its
@@ -34,6 +38,7 @@ import torch
 from pydantic import Field
 
 from fedray.algorithms.base import Params, ServerContext
+from fedray.algorithms.head_sharing import HeadSharingClient
 from fedray.algorithms.helpers import group_by_arch, mean_client_loss, sample_weights
 from fedray.config import Config
 from fedray.distill import DistillParams, aggregate_teachers
@@ -41,6 +46,7 @@ from fedray.distill.ensemble import predict_features
 from fedray.distill.refinery import (batch_stabilised_probs, cluster_refine, code_global_share, code_rectified_target,
                                      ema_targets, local_share, rectified_target, stabilised_probs)
 from fedray.distill.strategy import DistillationStrategy
+from fedray.fold import Sums
 from fedray.messages import ClientUpdate
 from fedray.weights import Weights, weighted_mean
 
@@ -75,6 +81,7 @@ class MrTFParams(Params):
 class MrTF(DistillationStrategy):
     name = "mrtf"
     Params = MrTFParams
+    Client = HeadSharingClient  # FedAvg's: theta_{t,k} <- local SGD from theta_t; upload theta_{t,k}
     state_attrs = ("models", "refined", "losses", "previous_targets")
 
     @classmethod
@@ -90,14 +97,24 @@ class MrTF(DistillationStrategy):
         self.losses: list[float] = []  # each earlier round's mean local loss (the code's global share)
         self.previous_targets: dict[str, torch.Tensor] = {}  # last round's targets (``ema``)
 
+    @property
+    def folds(self) -> bool:
+        return super().folds and not self.params.refine  # refinement: every local model (docstring)
+
+    def aggregate_sums(self, round: int, sums: Sums, updates: list[ClientUpdate]) -> dict[str, float]:
+        """PA: theta_{t+1} <- 1/|S_t| sum_k theta_{t,k}, summed on the hosts."""
+        for arch, named in sums.items():
+            self.models[arch] = self.refined[arch] = named["model"].mean()
+        self.losses.append(float(np.mean([u.metrics["loss"] for u in updates])))
+        return mean_client_loss(updates)
+
     def aggregate(self, round: int, updates: list[ClientUpdate]) -> dict[str, float]:
+        if self.folds:
+            return super().aggregate(round, updates)  # PA, folded here
         metrics = mean_client_loss(updates)
         for arch, group in group_by_arch(updates).items():
             previous = self.models[arch]
             average = weighted_mean([u.payload for u in group], sample_weights(group, self.params.weighted))
-            if not self.params.refine:
-                self.models[arch] = self.refined[arch] = average
-                continue
             target, info = self.targets(round, arch, [u.payload for u in group], previous, average,
                                         float(np.mean([u.metrics["loss"] for u in group])))
             if self.params.ema:

@@ -1,5 +1,5 @@
 """MrTF's server (section 4.4): targets from the modules, refinement on the test inputs that never
-reads their labels, the ablations PA / AL / ST / ST+RD, and feed-back of the refined model."""
+reads their labels, the ablations PA / AL / ST / ST+RD, feed-back of the refined model, and PA folded."""
 
 import numpy as np
 import pytest
@@ -84,9 +84,14 @@ def test_pa_is_fedavg_and_feed_back_off_broadcasts_the_plain_aggregate():
     pa = mrtf(refine=False)
     ups = updates(pa)
     pa.aggregate(1, ups)
+    config = build_config({"federation": {"num_clients": 4, "clients_per_round": 3, "architectures": {"mlp": 4}},
+                           "algorithm": {"name": "fedavg"}})
+    fedavg = make_strategy(config, [ClientSpec(i, "mlp", np.arange(10)) for i in range(4)], build)
+    fedavg.aggregate(1, ups)
     average = weighted_mean([u.payload for u in ups], [1, 1, 1])
-    for name in average:
-        np.testing.assert_array_equal(pa.models["mlp"][name], average[name])
+    for name in average:  # both fold the same terms; weighted_mean adds the shares 1/3: one float32 ulp apart
+        np.testing.assert_array_equal(pa.models["mlp"][name], fedavg.models["mlp"][name])
+        assert np.all(np.abs(pa.models["mlp"][name] - average[name]) <= np.spacing(np.abs(average[name])))
 
     kept = mrtf(feed_back=False)
     metrics = kept.aggregate(1, ups)
@@ -154,3 +159,21 @@ def test_the_authors_code_rules_as_options():
         torch.testing.assert_close(s.previous_targets["mlp"], mixed / mixed.sum(dim=1, keepdim=True))
         seen.append(float(np.mean(losses)))
     assert s.losses == pytest.approx(seen) and code_global_share(seen[:1], 3) > 0
+
+
+def test_pa_folds_and_refinement_keeps_every_local_model():
+    """PA needs the clients only through sum_k theta_{t,k}: the hosts fold it, and another split of the
+    clients moves the sum by float64 rounding only. Refinement predicts with every local model on
+    X_g, which only the server holds: every upload travels."""
+    from tests.algorithms.test_aggregation import fold_alike
+
+    base, k, rng = mrtf().models["mlp"], 10, np.random.default_rng(2)
+
+    def weights():  # magnitudes over twelve orders, so that float64 sums in other orders round otherwise
+        return {n: (rng.normal(size=v.shape) * 10.0 ** rng.integers(-6, 6)).astype(v.dtype) for n, v in base.items()}
+
+    ups = [ClientUpdate(i, "mlp", 10, weights(), 0, {"loss": 0.5}) for i in range(k)]
+    one, split, bound, moved = fold_alike(lambda: mrtf(refine=False), ups, lambda cid: cid // 3)
+    assert moved
+    assert one.refined["mlp"] is one.models["mlp"] and one.losses == split.losses == [0.5]  # PA broadcasts it
+    assert not mrtf().folds and not mrtf(rectify=False, cluster=False, teachers="avg_logit").folds
