@@ -15,6 +15,11 @@ true``, the code's FedDistill-FL) also averages the models as FedAvg does, and b
 with ``share: head`` (Table 4) only the heads, each user keeping its own feature extractor.
 The code's tracker accumulates logits over all rounds and averages a user's empty labels in as
 zero vectors; here each round's vectors are the round's, and a user without a label has none.
+
+FedDistill+ with whole models folds (``fedray.fold``): the table is a sum, t[y] = sum_k s_k[y] t_k[y]
+/ sum_k s_k[y] with s_k[y] = 1 where user k saw label y, else 0, and the model is FedAvg's. FedDistill
+does not: the server scores each user's own model, so every model travels to it (and with ``share:
+head`` the server keeps each user's feature extractor, as FedAvg's does).
 """
 
 from __future__ import annotations
@@ -32,6 +37,7 @@ from fedray.algorithms.fedavg import FedAvg, FedAvgParams
 from fedray.algorithms.head_sharing import HeadSharingClient, score_own_models
 from fedray.algorithms.helpers import mean_client_loss
 from fedray.config import Config
+from fedray.fold import Sums, Terms
 from fedray.messages import ClientTask, ClientUpdate, RoundPlan
 from fedray.training import ExtraLoss, Step
 from fedray.weights import SIMULATION, Weights
@@ -65,9 +71,12 @@ def logit_table(logits: np.ndarray, counts: np.ndarray) -> tuple[np.ndarray, np.
     """Each label's mean over the users that saw it of their mean logit vectors: logits (K, C, C),
     counts (K, C) -> (table (C, C), which labels have a row (C,))."""
     have = counts > 0  # (K, C)
-    users = have.sum(axis=0)
-    table = (logits * have[:, :, None]).sum(axis=0) / np.maximum(users, 1)[:, None]
-    return table.astype(np.float32), users > 0
+    return table_of((logits * have[:, :, None]).sum(axis=0), have.sum(axis=0))
+
+
+def table_of(total: np.ndarray, users: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The table from sum_k s_k[y] t_k[y] (C, C) and sum_k s_k[y] (C,), the users that saw each label."""
+    return (total / np.maximum(users, 1)[:, None]).astype(np.float32), users > 0
 
 
 class FedDistillClient(HeadSharingClient):
@@ -115,6 +124,13 @@ class FedDistillClient(HeadSharingClient):
         client.state["model"] = local.weights
         return PrivateModelUpload(means, counts, local.weights)
 
+    def contribution(self, update: ClientUpdate, client: Optional[VirtualClient]) -> Terms:
+        """FedDistill+'s: FedAvg's theta_k, and t_k with the coefficient s_k, a (C, 1) column of 1 where
+        the user saw the label, 0 where not (broadcast over each row of logits)."""
+        up = update.payload
+        seen = (up.counts > 0).astype(np.float64)[:, None]
+        return {**super().contribution(replace(update, payload=up.weights), client), "logits": (seen, up.logits)}
+
 
 class FedDistill(FedAvg):
     name = "feddistill"
@@ -141,7 +157,21 @@ class FedDistill(FedAvg):
         broadcast = {**(plan.broadcast if self.params.share_models else {}), "logits": self.table}
         return RoundPlan(tasks=tasks, broadcast=broadcast)
 
+    @property
+    def folds(self) -> bool:
+        return super().folds and self.params.share_models  # FedDistill scores every user's own model
+
+    def aggregate_sums(self, round: int, sums: Sums, updates: list[ClientUpdate]) -> dict[str, float]:
+        # one table for every architecture, added in the run's order of them (whoever answered first)
+        parts = [sums[arch]["logits"] for arch in self.ctx.architectures if arch in sums]
+        total, users = np.add.reduce([s.value() for s in parts]), np.add.reduce([s.weight for s in parts])[:, 0]
+        table, have = table_of(total, users)
+        self.table = {"logits": table, "have": have}
+        return super().aggregate_sums(round, sums, updates)
+
     def aggregate(self, round: int, updates: list[ClientUpdate]) -> dict[str, float]:
+        if self.folds:
+            return super().aggregate(round, updates)  # folded here, then aggregate_sums
         table, have = logit_table(np.stack([u.payload.logits for u in updates]), np.stack([u.payload.counts for u in updates]))
         self.table = {"logits": table, "have": have}
         if self.params.share_models:

@@ -120,3 +120,35 @@ def test_fedensemble_scores_the_mean_logits_of_the_users_latest_models():
     mean = (logits(models[0]) + logits(models[2])) / 2
     assert metrics["eval/accuracy"] == pytest.approx(float((mean.argmax(1).numpy() == test_y).mean()))
     assert metrics["eval/accuracy_global"] == 0.5
+
+
+def test_feddistill_plus_folds_the_logit_table_and_the_model():
+    """FedDistill+'s table is a sum, sum_k s_k[y] t_k[y] / sum_k s_k[y] with s_k[y] = 1 where user k
+    saw label y: the hosts fold it with FedAvg's term; whole uploads in the server are the one-unit
+    fold bit for bit, another split moves the float64 sums by rounding only, and the table (float32)
+    is the per-user table's to that and one rounding. FedDistill, whose server scores every user's
+    own model, and FedDistill+ with ``share: head`` do not fold."""
+    from tests.algorithms.test_aggregation import fold_alike, ulp
+
+    def strategy(**params):
+        cfg = build_config({"federation": {"num_clients": 12, "clients_per_round": 12, "architectures": {"mlp": 12}},
+                            "algorithm": {"name": "feddistill", **params}})
+        return make_strategy(cfg, [ClientSpec(i, "mlp", np.arange(8)) for i in range(12)], mlp)
+
+    rng, w = np.random.default_rng(0), get_weights(mlp())
+    ups = []
+    for cid in range(12):
+        counts = rng.integers(0, 3, 3)  # some labels unseen: their rows are zeros and weigh 0
+        scale = 10.0 ** rng.integers(-6, 6, (3, 1))  # twelve orders: float64 sums in other orders round otherwise
+        logits = (rng.normal(size=(3, 3)) * scale * (counts > 0)[:, None]).astype(np.float32)
+        ups.append(ClientUpdate(cid, "mlp", 8, LogitUpload(logits, counts, w), 0, {"loss": 1.0}))
+    one, split, bound, moved = fold_alike(lambda: strategy(share_models=True), ups, lambda cid: cid % 5)
+    assert moved
+    have = np.stack([u.payload.counts for u in ups]) > 0
+    users = have.sum(axis=0)
+    exact = np.sum([u.payload.logits.astype(np.float64) for u in ups], axis=0) / np.maximum(users, 1)[:, None]
+    within = bound["mlp"]["logits"][""] / np.maximum(users, 1)[:, None] + ulp(exact)
+    for s in (one, split):
+        assert np.all(np.abs(s.table["logits"] - exact) <= within)
+        np.testing.assert_array_equal(s.table["have"], users > 0)
+    assert not strategy().folds and not strategy(share_models=True, share="head").folds
