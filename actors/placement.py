@@ -10,6 +10,9 @@ the server hosts clients (``runtime.server_hosts_clients``), it is the first slo
 GPU shares are a float (every actor) or a mapping architecture -> share
 (``actor_gpus: {resnet8: 0.5, mlp: 0.1}``); with a mapping every actor hosts clients of one
 architecture, and each architecture gets actors in proportion to its clients.
+
+When a node leaves mid-run, the clients of its actors are handed to the actors left
+(:func:`hand_over`), balanced by samples.
 """
 
 from __future__ import annotations
@@ -125,4 +128,23 @@ def assign_clients(clients: list[ClientSpec], slots: list[Slot]) -> list[list[Cl
         options = takers[key]
         groups[options[seen[key] % len(options)]].append(client)
         seen[key] += 1
+    return groups
+
+
+def hand_over(clients: list[ClientSpec], slots: list[Slot], loads: list[int]) -> list[list[ClientSpec]]:
+    """The clients of actors lost for good, handed to the surviving actors ``slots`` (``loads``: the
+    samples each one hosts already): the most samples first (ties: the lower id), each to the actor
+    of its architecture (with per-architecture shares; else any) that hosts the fewest samples so
+    far (ties: the first). The survivors end as even as whole clients make them, and every run that
+    loses the same actors hands the same clients to the same survivors. ValueError when no
+    surviving actor may take a client."""
+    load, groups = list(loads), [[] for _ in slots]
+    per_arch = any(slot.arch is not None for slot in slots)
+    for client in sorted(clients, key=lambda c: (-c.num_samples, c.client_id)):
+        takers = [j for j, slot in enumerate(slots) if not per_arch or slot.arch == client.arch]
+        if not takers:
+            raise ValueError(f"no client actor{f' of {client.arch}' if per_arch else ''} is left")
+        j = min(takers, key=lambda j: load[j])
+        groups[j].append(client)
+        load[j] += client.num_samples
     return groups

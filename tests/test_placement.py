@@ -1,7 +1,7 @@
 import numpy as np
 import pytest
 
-from actors.placement import Node, alive_nodes, assign_clients, plan_actors
+from actors.placement import Node, Slot, alive_nodes, assign_clients, hand_over, plan_actors
 from fedray.config import RuntimeConfig, build_config
 from fedray.messages import ClientSpec
 
@@ -107,3 +107,26 @@ def test_when_the_server_hosts_clients():
     assert RuntimeConfig().server_request(False) == 0
     with pytest.raises(ValueError, match="server_hosts_clients: true needs one actor_gpus share"):
         RuntimeConfig(server_hosts_clients=True, actor_gpus={"mlp": 0.5})
+
+
+def test_a_lost_actors_clients_go_to_the_least_loaded_survivors_by_samples():
+    """The most samples first, each to the survivor of its kind hosting the fewest samples so far
+    (ties: the first): not round-robin, not by count of clients."""
+    lost = [ClientSpec(i, "mlp", np.arange(n)) for i, n in enumerate([5, 40, 10, 10, 30])]
+    survivors = [Slot("a", None, 1, 0), Slot("b", None, 1, 0), Slot("c", None, 1, 0)]
+    groups = hand_over(lost, survivors, [50, 0, 20])
+    # 40 -> b (0), 30 -> c (20), 10 (client 2) -> b (40), 10 (client 3) -> a (all at 50: the first), 5 -> b
+    assert [[c.client_id for c in g] for g in groups] == [[3], [1, 2, 0], [4]]
+    assert [sum(c.num_samples for c in g) + base for g, base in zip(groups, [50, 0, 20])] == [60, 55, 50]
+    assert hand_over(list(reversed(lost)), survivors, [50, 0, 20]) == groups  # the same, whatever the order
+
+
+def test_with_per_architecture_actors_a_client_goes_to_its_own_kind_or_nowhere():
+    lost = [ClientSpec(0, "cnn", np.arange(8)), ClientSpec(1, "mlp", np.arange(4)), ClientSpec(2, "mlp", np.arange(2))]
+    survivors = [Slot("a", "mlp", 1, 0.1), Slot("b", "cnn", 1, 0.5), Slot("c", "mlp", 1, 0.1)]
+    groups = hand_over(lost, survivors, [3, 100, 0])
+    assert [[c.client_id for c in g] for g in groups] == [[2], [0], [1]]  # cnn to the busy cnn actor: its only kind
+    with pytest.raises(ValueError, match="no client actor of cnn is left"):
+        hand_over(lost, [s for s in survivors if s.arch == "mlp"], [0, 0])
+    with pytest.raises(ValueError, match="no client actor is left"):
+        hand_over(lost[1:], [], [])
