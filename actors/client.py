@@ -92,6 +92,15 @@ class HostActor:
     def load_client_states(self, states) -> None:
         self._host().load_client_states(states)
 
+    @host_method
+    def adopt(self, client_ids: list[int], *parts: dict[int, Any]) -> list[int]:
+        """Take over the clients ``client_ids`` of an actor lost for good (``ClientHost.adopt``), with
+        their states out of ``parts`` (the executor's parts of the last checkpoint); returns the
+        clients hosted here now."""
+        wanted = set(client_ids)
+        self._host().adopt(client_ids, {cid: s for part in parts for cid, s in part.items() if cid in wanted})
+        return self.host.hosted()
+
     def hosted(self) -> list[int]:
         return self._host().hosted()
 

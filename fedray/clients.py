@@ -304,5 +304,15 @@ class ClientHost:
             if cid in self.clients:
                 self.clients[cid].state = state
 
+    def adopt(self, client_ids: list[int], states: dict[int, dict[str, Any]]) -> None:
+        """Make ``client_ids`` (clients of ``specs``) home clients here, as ``__init__`` makes its
+        own, then give them ``states`` (a client missing there keeps its initial state): the clients
+        of a host that was lost for good (its node left) go on here."""
+        for cid in sorted(client_ids):
+            client = self._materialise(self.specs[cid])
+            client.state = self.algorithm.init_state(client)
+            self.clients[cid] = client
+        self.load_client_states({cid: states[cid] for cid in client_ids if cid in states})
+
     def hosted(self) -> list[int]:
         return sorted(self.clients)
