@@ -3,12 +3,18 @@
 - FedDF / FedAUX eq. 7.2: A_mean = softmax(mean_i f_i(x)), the softmax of the mean *logits*.
 - FD (thesis Alg. 3, eq. 2.2) and FedBE: the mean of the teachers' probabilities.
 - FedAUX eq. 7.4: A_s = softmax(sum_i s_i(x) f_i(x) / sum_j s_j(x)), per-sample weights s_i(x).
+
+Each is a mean of the teachers' outputs t_i (logits, or probabilities) under weights s_i, then a
+map: sum_i s_i t_i / sum_i s_i is made of sums, which the hosts fold (``fedray.fold``) where the
+teachers are. :func:`teacher_output` is t_i, :func:`soft_labels` the map from the mean;
+:func:`aggregate_teachers` does both from the stacked outputs of teachers at hand.
 """
 
 from __future__ import annotations
 
 from typing import Literal, Optional
 
+import numpy as np
 import torch
 
 EnsembleMode = Literal["mean_logits", "mean_probs"]
@@ -49,6 +55,29 @@ def aggregate_teachers(logits: torch.Tensor, mode: EnsembleMode = "mean_logits",
         return torch.softmax((w * logits).sum(dim=0) / temperature, dim=-1)
     if mode == "mean_probs":
         return (w * torch.softmax(logits / temperature, dim=-1)).sum(dim=0)
+    raise ValueError(f"unknown ensemble mode {mode!r}; valid modes are mean_logits, mean_probs")
+
+
+def teacher_output(logits: np.ndarray, mode: EnsembleMode = "mean_logits", temperature: float = 1.0) -> np.ndarray:
+    """t_i, what one teacher adds to the ensemble's mean, from its logits f_i(x) (N, C): the logits
+    themselves (``mean_logits``: eqs. 7.2, 7.4 average logits, the softmax comes after the mean) or
+    softmax(f_i(x) / T) (``mean_probs``), float32."""
+    if mode == "mean_logits":
+        return logits
+    if mode == "mean_probs":  # a copy: an upload that came through Ray's object store is read-only
+        return torch.softmax(torch.from_numpy(np.array(logits, dtype=np.float32)) / temperature, dim=-1).numpy()
+    raise ValueError(f"unknown ensemble mode {mode!r}; valid modes are mean_logits, mean_probs")
+
+
+def soft_labels(mean: np.ndarray, mode: EnsembleMode = "mean_logits", temperature: float = 1.0) -> torch.Tensor:
+    """The ensemble's soft labels (N, C), float32, from the mean teacher output sum_i s_i t_i / sum_i s_i
+    (:func:`teacher_output`): softmax(mean / T) for ``mean_logits``, the mean itself for ``mean_probs``;
+    what :func:`aggregate_teachers` gives from the stacked outputs, up to the rounding of the mean."""
+    mean = torch.from_numpy(np.asarray(mean, dtype=np.float32))
+    if mode == "mean_logits":
+        return torch.softmax(mean / temperature, dim=-1)
+    if mode == "mean_probs":
+        return mean
     raise ValueError(f"unknown ensemble mode {mode!r}; valid modes are mean_logits, mean_probs")
 
 

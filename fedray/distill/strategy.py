@@ -3,12 +3,13 @@
 It demands unlabelled auxiliary data (MrTF only when it distils on them: by default it distils on
 the test inputs), keeps the auxiliary inputs and the test set on the server's device, and gives its
 subclasses working models there, a seeded random initialisation, seeded distillation of a student
-towards soft labels (eq. 7.1) and test accuracy.
+towards soft labels (eq. 7.1), test accuracy, and the round's folded teacher outputs pooled over
+the architectures (:meth:`DistillationStrategy.pooled_mean`).
 """
 
 from __future__ import annotations
 
-from typing import Optional
+from typing import Optional, Sequence
 
 import numpy as np
 import torch
@@ -17,6 +18,7 @@ from fedray.algorithms.base import Params, ServerContext, Strategy, task_seed
 from fedray.config import Config
 from fedray.distill.ensemble import predict_logits
 from fedray.distill.loop import DistillParams, distill
+from fedray.fold import Sums
 from fedray.training import evaluate
 from fedray.weights import Weights, get_weights, set_weights
 
@@ -69,3 +71,19 @@ class DistillationStrategy(Strategy):
 
     def logits(self, arch: str, weights: Weights, x: torch.Tensor) -> torch.Tensor:
         return predict_logits(self.work_model(arch, weights), x)
+
+    def pooled_mean(self, sums: Sums, name: str, own: Sequence[np.ndarray] = ()) -> Optional[np.ndarray]:
+        """(sum_i c_i x_i + sum_e x_e) / (sum_i c_i + |own|) in float64: the round's folded term
+        ``name`` (``fedray.fold``) pooled over the architectures, in the run's order (so that the
+        additions do not depend on which host answered first), with the server's own outputs ``own``
+        (FedBE's sampled models), weight 1 each. None when nothing contributed."""
+        total, weight = None, 0.0
+        for arch in self.ctx.architectures:
+            if name in sums.get(arch, {}):
+                part = sums[arch][name]
+                total = part.value() if total is None else total + part.value()
+                weight = weight + part.weight
+        for x in own:
+            total = x.astype(np.float64) if total is None else total + x
+            weight = weight + 1.0
+        return None if total is None else total / weight

@@ -6,6 +6,8 @@ import torch
 
 from fedray.data.toy import load_digits_bundle
 from fedray.distill import DistillParams, aggregate_teachers, distill, ensemble_accuracy, predict_logits
+from fedray.distill.ensemble import soft_labels, teacher_output
+from fedray.fold import add_terms
 from fedray.models import create_model
 from fedray.training import evaluate, local_train
 from fedray.config import TrainingConfig
@@ -37,6 +39,24 @@ def test_per_sample_weights_eq_7_4():
     torch.testing.assert_close(aggregate_teachers(LOGITS, weights=torch.full((2, 2), 7.0)), aggregate_teachers(LOGITS))
     torch.testing.assert_close(aggregate_teachers(LOGITS, temperature=2.0),
                                torch.softmax(torch.tensor([[0.5, 0.0], [0.5, 1.0]]), dim=1))
+
+
+@pytest.mark.parametrize("mode", ["mean_logits", "mean_probs"])
+def test_the_folded_ensemble_is_aggregate_teachers(mode):
+    """The hosts' form: sum_i s_i t_i and sum_i s_i folded (t_i = teacher_output, per-sample s_i a
+    column coefficient), then soft_labels of their ratio: aggregate_teachers' soft labels."""
+    rng = np.random.default_rng(0)
+    logits = torch.from_numpy(rng.standard_normal((4, 6, 3)).astype(np.float32) * 3)
+    weights = torch.from_numpy(rng.uniform(0.1, 1.0, (4, 6)).astype(np.float32))
+    for w in (None, weights):
+        sums = {}
+        for i in range(4):
+            coef = 1.0 if w is None else w[i].numpy()[:, None]
+            add_terms(sums, "mlp", {"teacher": (coef, teacher_output(logits[i].numpy(), mode, 2.0))})
+        mean = sums["mlp"]["teacher"].value() / sums["mlp"]["teacher"].weight
+        torch.testing.assert_close(soft_labels(mean, mode, 2.0), aggregate_teachers(logits, mode, w, 2.0))
+    with pytest.raises(ValueError, match="unknown ensemble mode"):
+        teacher_output(logits[0].numpy(), "median")
 
 
 def test_bad_teacher_shapes_are_refused():
