@@ -24,13 +24,22 @@ decodes and checks against the server's CRC32, and ``comm/bytes_down`` counts ex
 Uploads are real bitstreams too (``fedray.distill.soft_labels``); ``comm/bytes_up`` is their length. CFD-b_up-b_down
 is ``fd`` with ``mode: dual`` and the two bit widths (``cfd`` defaults to CFD-1-32); b = 32 sends
 float32 probabilities. With several architectures each one's model distils from the same labels.
+
+Folding (``fedray.fold``): Y = mean_i Y~_i is a sum over the round's clients, so the hosts fold it
+(:func:`label_terms`: ``labels``, each client's dequantised upload with weight 1, and ``entropy``,
+eq. 5.2's H of its quantised labels, for ``distill/entropy_bits_up``); the server divides the sum
+by the number of clients. What a host folds is what the server decodes from the stream: the
+client's quantised labels (``client.state["last"]``, which its stream decodes to, delta-coded or
+not), or the float32 stream itself. With ``runtime.fold: false`` the server decodes the streams,
+against its copy of each client's last upload when delta-coded, and folds them itself.
+(Thesis Alg. 3 averages soft labels on X_pub; there are no per-class averages to fold.)
 """
 
 from __future__ import annotations
 
 import zlib
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Literal, Optional
 
 import numpy as np
 import torch
@@ -42,6 +51,7 @@ from fedray.distill import DistillParams, predict_logits
 from fedray.distill.soft_labels import (FULL_PRECISION, decode_soft_labels, dequantize, encode_soft_labels,
                                         entropy_bits, quantize)
 from fedray.distill.strategy import DistillationStrategy
+from fedray.fold import Sums, Terms, add_terms
 from fedray.messages import ClientSpec, ClientTask, ClientUpdate, RoundPlan
 from fedray.weights import Weights, set_weights
 
@@ -87,6 +97,15 @@ def quantized(probs: np.ndarray, bits: int, seed: int) -> np.ndarray:
 
 def as_probs(labels: np.ndarray, bits: int) -> np.ndarray:
     return labels if bits == FULL_PRECISION else dequantize(labels, bits)
+
+
+def label_terms(labels: np.ndarray, bits: int) -> Terms:
+    """A client's terms of Y = mean_i Y~_i (eq. 2.2 / Alg. 8): its labels as probabilities, weight 1;
+    quantised, also eq. 5.2's H of them (a 0-d array), whose mean is ``distill/entropy_bits_up``."""
+    terms: Terms = {"labels": (1.0, as_probs(labels, bits))}
+    if bits != FULL_PRECISION:
+        terms["entropy"] = (1.0, np.array(entropy_bits(labels)))
+    return terms
 
 
 @dataclass(frozen=True)
@@ -143,6 +162,16 @@ class FDClient(ClientAlgorithm):
         client.state["last"] = labels if p.b_up != FULL_PRECISION else None
         return CodedLabels(stream)
 
+    def contribution(self, update: ClientUpdate, client: Optional[VirtualClient]) -> Terms:
+        """Y~_i as the server would decode it: the quantised labels the stream codes (``last``), or
+        the float32 stream (32 bits: never delta-coded)."""
+        if self.params.b_up == FULL_PRECISION:
+            return label_terms(decode_soft_labels(update.payload.stream), FULL_PRECISION)
+        if client is None:
+            raise RuntimeError(f"client {update.client_id}'s quantised labels are on its host: the server "
+                               f"decodes them with its copy of the client's last upload (FD.aggregate)")
+        return label_terms(client.state["last"], self.params.b_up)
+
 
 class FD(DistillationStrategy):
     name = "fd"
@@ -197,15 +226,20 @@ class FD(DistillationStrategy):
         return labels
 
     def aggregate(self, round: int, updates: list[ClientUpdate]) -> dict[str, float]:
+        """Whole uploads (``runtime.fold: false``, tests): decoded and folded here, in client-id order."""
+        sums: Sums = {}
+        for update in sorted(updates, key=lambda u: u.client_id):
+            add_terms(sums, update.arch, label_terms(self._decode(update), self.params.b_up))
+        return self.aggregate_sums(round, sums, updates)
+
+    def aggregate_sums(self, round: int, sums: Sums, updates: list[ClientUpdate]) -> dict[str, float]:
         p = self.params
-        uploads = [self._decode(u) for u in sorted(updates, key=lambda u: u.client_id)]
-        mean = np.mean([as_probs(labels, p.b_up) for labels in uploads], axis=0)
-        y = torch.from_numpy(mean.astype(np.float32))
+        y = torch.from_numpy(self.pooled_mean(sums, "labels").astype(np.float32))  # Y = mean_i Y~_i
         metrics = mean_client_loss(updates)
         metrics["comm/soft_label_bytes_up"] = float(sum(u.bytes_up for u in updates))
         metrics["comm/soft_label_bytes_down"] = self.round_down
         if p.b_up != FULL_PRECISION:  # eq. 5.2's H of the quantised uploads, before delta coding
-            metrics["distill/entropy_bits_up"] = float(np.mean([entropy_bits(labels) for labels in uploads]))
+            metrics["distill/entropy_bits_up"] = float(self.pooled_mean(sums, "entropy"))
         for index, arch in enumerate(self.ctx.architectures):
             if p.log_before:
                 metrics[f"distill/accuracy_before/{arch}"] = self.test_accuracy(arch, self.models[arch])
