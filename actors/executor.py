@@ -5,17 +5,19 @@ from __future__ import annotations
 
 import math
 import time
+from collections import Counter
+from functools import reduce
 from typing import Any, Callable
 
 import ray
 from ray.exceptions import ActorUnavailableError, GetTimeoutError, RayActorError, RayError, RayTaskError
 
-from actors.placement import alive_nodes, assign_clients
+from actors.placement import alive_nodes, assign_clients, hand_over
 from actors.client import ClientPool, HostNotSetUp, stop
 from fedray.clients import client_major
 from fedray.config import Config
 from fedray.executor import Executor
-from fedray.fold import Folder, Sums, fold_groups
+from fedray.fold import Folder, Sums, add_sums, fold_groups
 from fedray.method import Method
 from fedray.weights import nbytes
 from fedray.messages import ClientSpec, ClientTask, ClientUpdate, RoundPlan
@@ -26,7 +28,8 @@ RESTART_TIMEOUT_S = 120.0  # how long a restarted client actor may take to come 
 
 
 class ClientActorLost(RuntimeError):
-    """A client actor died (process crash, node loss, out of memory) and could not be restarted."""
+    """A client actor died (process crash, node loss, out of memory), could not be restarted, and no
+    client actor is left to take its clients over (or its restarts are spent on a node still up)."""
 
 
 class RoundTimeout(RuntimeError):
@@ -51,6 +54,14 @@ class RayExecutor(Executor):
       shrink as the round empties (``_balanced``), and every actor that may run them (per
       architecture with per-architecture GPU shares) keeps two batches queued, so it starts the next
       batch, its payloads already fetched, the moment it ends one.
+
+    An actor that dies is restarted by Ray and set up again with its clients' state of the last
+    checkpoint (``_recover``). One whose node left the cluster cannot come back: it is dropped, and
+    its clients go to the actors left (``actors.placement.hand_over``, balanced by samples), which
+    take them with their state of the last checkpoint (``_hand_over``); its lost tasks run again
+    there and the run goes on until no actor that may take them is left. An actor whose restarts
+    are spent on a node that is still up ends the run: whatever killed it (its clients' memory, a
+    broken device) would follow its clients to the others.
     """
 
     QUEUED = 2
@@ -78,10 +89,10 @@ class RayExecutor(Executor):
         self.max_restarts, self.timeout = config.runtime.actor_restarts, config.runtime.round_timeout_s
         self.restarts = [0] * len(self.actors)  # restarts of each actor so far
         self.saved: list = []  # object refs of the client states of the last checkpoint (or resume)
-        self.faults: list[str] = []  # the actors restarted since ``take_faults`` last asked
+        self.faults: list[str] = []  # the actors restarted or lost since ``take_faults`` last asked
         self.retried = 0  # and the tasks that ran again
         self.received = 0  # bytes of the answers that reached the server since ``take_received``
-        self.placements, _ = self._on_each(lambda i: self._setup(i), "start-up")
+        self.ids = list(range(len(self.actors)))  # each actor's name in fault lines, kept when others are dropped
         self.owner = {spec.client_id: i for i, group in enumerate(self.groups) for spec in group}
         self.sizes = {spec.client_id: spec.num_samples for spec in specs}
         self.fold_group = fold_groups([spec.client_id for spec in specs], config.runtime.fold_groups)
@@ -89,6 +100,8 @@ class RayExecutor(Executor):
         self.pinned = method.stateful or config.runtime.clients_per_actor != "auto"
         # actors that train their tasks as cohorts get them all at once (a cohort per call, not a task)
         self.together = method.vectorizes(config.runtime)
+        self.placements: list = [None] * len(self.actors)  # until set up (a hand-over may drop some first)
+        self.placements, _ = self._on_each(lambda i: self._setup(i), "start-up")
 
     def prepare(self, plan: RoundPlan) -> list[ClientUpdate]:
         return self._run(plan, "prepare_batch")[0]
@@ -99,9 +112,11 @@ class RayExecutor(Executor):
     def fold(self, plan: RoundPlan) -> tuple[list[ClientUpdate], Sums]:
         """The round folded on the actors (``fedray.fold``). Fold units: where any actor may run any
         client, the fold groups (``runtime.fold_groups``), one unit a batch, so the sums are those of
-        the local backend to the last bit, whichever actor ran which group; where the clients stay
-        at home or train as cohorts, one unit per actor. The server adds the units' sums in unit
-        order as they come, holding only those that come early."""
+        the local backend to the last bit, whichever actor ran which group, and a run that lost a
+        node ends where the undisturbed run ends; where the clients stay at home or train as
+        cohorts, one unit per actor, so a run that lost a node (fewer actors, clients on new homes,
+        a lost unit run again in parts) differs from the undisturbed run by rounding. The server
+        adds the units' sums in unit order as they come, holding only those that come early."""
         return self._run(plan, "fold_batch")
 
     def _units(self, tasks: list[ClientTask], batches: dict[int, list[ClientTask]] | None) -> dict[int, tuple]:
@@ -113,23 +128,51 @@ class RayExecutor(Executor):
     def _run(self, plan: RoundPlan, call: str) -> tuple[list[ClientUpdate], Sums | None]:
         """The plan's tasks on the actors, through their ``call`` (``run_batch``, ``fold_batch``,
         ``prepare_batch``); the updates in client order (and, folding, the round's sums). An actor
-        that dies meanwhile is set up again and given its lost tasks again (``_survive``)."""
+        that dies meanwhile is set up again and given its lost tasks again; one lost for good (its
+        node left) hands its clients over, and its lost tasks run again on the actors left
+        (``_survive``, ``again``)."""
         refs = {key: ray.put(payload) for key, payload in plan.broadcast.items()}
         stage = "the preparation" if call == "prepare_batch" else f"round {plan.tasks[0].round if plan.tasks else 0}"
         deadline = time.monotonic() + self.timeout if self.timeout else None
-        running: dict[Any, tuple[int, list[ClientTask], int]] = {}
+        running: dict[Any, tuple[Any, list[ClientTask], int, tuple]] = {}  # batch -> actor, tasks, incarnation, part
         folding = call == "fold_batch"
         batches = None
         if self.pinned or self.together:  # one batch per actor: its clients', or an equal share
             batches = self._homes(plan.tasks) if self.pinned else self._spread(plan.tasks)
         unit = self._units(plan.tasks, batches) if folding else {}
         folder = Folder(sorted(set(unit.values())))
+        parts: dict[tuple, dict[tuple, Sums | None]] = {}  # a unit run again in parts (on new homes): their sums
 
-        def submit(i: int, tasks: list[ClientTask]) -> None:
+        def submit(i: int, tasks: list[ClientTask], part: tuple = ()) -> None:
             keys = sorted({k for t in tasks for k in t.payload_keys})
             units = [[unit[t.client_id] for t in tasks]] if folding else []
             batch = getattr(self.actors[i], call).remote(tasks, *units, keys, *(refs[k] for k in keys))
-            running[batch] = (i, tasks, self.restarts[i])
+            running[batch] = (self.actors[i], tasks, self.restarts[i], part)
+
+        def again(actor: Any, tasks: list[ClientTask], part: tuple) -> None:
+            """A lost batch, run again: on its actor, restarted; its actor dropped (its node left),
+            on its clients' new homes when they are pinned, else whole on the least busy actor of
+            its kind. A fold unit split over several homes is added when its last part is in."""
+            i = self._index(actor)
+            if i is not None or not self.pinned:
+                submit(i if i is not None else self._least_busy(tasks[0], running), tasks, part)
+                return
+            homes = sorted(self._homes(tasks).items())
+            if folding and len(homes) > 1:
+                waiting = parts.setdefault(unit[tasks[0].client_id], {part: None})  # pinned: a batch is one unit
+                del waiting[part]
+                waiting.update({part + (r,): None for r in range(len(homes))})
+            for r, (j, share) in enumerate(homes):
+                submit(j, share, part + (r,) if len(homes) > 1 else part)
+
+        def add(key: tuple, sums: Sums, part: tuple) -> None:
+            if key not in parts:
+                folder.add(key, sums)
+                return
+            parts[key][part] = sums
+            if all(s is not None for s in parts[key].values()):  # the parts in their order: a sum that repeats
+                done = parts.pop(key)
+                folder.add(key, reduce(add_sums, (done[p] for p in sorted(done)), {}))
 
         if batches is not None:
             for i, tasks in batches.items():
@@ -143,23 +186,35 @@ class RayExecutor(Executor):
             ready, _ = ray.wait(list(running), num_returns=1, timeout=left)
             if not ready:
                 raise RoundTimeout(self._timeout_message(stage, running.values()))
-            i, tasks, incarnation = running.pop(ready[0])
+            actor, tasks, incarnation, part = running.pop(ready[0])
             try:
                 answer = ray.get(ready[0])
             except RayError as err:
-                self._survive(i, incarnation, err, stage)
+                self._survive(actor, incarnation, err, stage)
                 self.retried += len(tasks)
-                submit(i, tasks)  # the lost tasks run again on the restarted actor
+                again(actor, tasks, part)
                 continue
             self.received += _answer_bytes(answer)
             if folding:
                 answer, sums = answer
-                for key, part in sums.items():
-                    folder.add(key, part)
+                for key, s in sums.items():
+                    add(key, s, part)
             results.append(answer)
-            refill(i)
+            i = self._index(actor)  # an actor dropped after it answered: another of its kind takes more
+            refill(i if i is not None else self._least_busy(tasks[0], running))
         updates = sorted((u for part in results for u in part), key=lambda u: u.client_id)
         return updates, folder.result() if folding else None
+
+    def _index(self, actor: Any) -> int | None:
+        """The actor's index now; None when it was dropped (``_hand_over``)."""
+        return next((i for i, a in enumerate(self.actors) if a is actor), None)
+
+    def _least_busy(self, task: ClientTask, running: dict) -> int:
+        """The actor that may run ``task`` with the fewest batches under way (ties: the first)."""
+        busy = Counter(id(actor) for actor, *_ in running.values())
+        kind = self._kind(task)
+        return min((j for j, slot in enumerate(self.slots) if kind is None or slot.arch == kind),
+                   key=lambda j: busy[id(self.actors[j])])
 
     def _homes(self, tasks: list[ClientTask]) -> dict[int, list[ClientTask]]:
         batches: dict[int, list[ClientTask]] = {}
@@ -199,7 +254,9 @@ class RayExecutor(Executor):
                 units.setdefault(unit[task.client_id], []).append(task)
             for key in sorted(units):
                 todo.setdefault(self._kind(units[key][0]), []).append(units[key])
-        takers = {kind: [i for i, slot in enumerate(self.slots) if slot.arch == kind] for kind in todo}
+
+        def takers(kind: Any) -> list[int]:  # asked each time: actors dropped mid-round take none
+            return [i for i, slot in enumerate(self.slots) if slot.arch == kind]
 
         def refill(i: int) -> None:
             kind = self.slots[i].arch if self.slots[0].arch is not None else None
@@ -208,13 +265,13 @@ class RayExecutor(Executor):
                 todo[kind] = left[1:]
                 submit(i, left[0])
             elif left:
-                size = max(1, math.ceil(len(left) / (self.QUEUED * len(takers[kind]))))
+                size = max(1, math.ceil(len(left) / (self.QUEUED * len(takers(kind)))))
                 todo[kind] = left[size:]
                 submit(i, left[:size])
 
         for _ in range(self.QUEUED):
-            for actors in takers.values():
-                for i in actors:
+            for kind in list(todo):
+                for i in takers(kind):
                     refill(i)
         return refill
 
@@ -226,40 +283,53 @@ class RayExecutor(Executor):
     def _on_each(self, call: Callable[[int], Any], stage: str) -> tuple[list, list]:
         """``call(i)``, a remote call on actor ``i``, for every actor; their results and the object
         refs that gave them, in actor order. An actor that died (at any moment since it was last
-        asked: while idle, or during the call) is set up again and asked again (``_survive``)."""
-        pending = {call(i): (i, self.restarts[i]) for i in range(len(self.actors))}
-        results, refs = [None] * len(self.actors), [None] * len(self.actors)
-        while pending:
-            ready, _ = ray.wait(list(pending), num_returns=1)
-            i, incarnation = pending.pop(ready[0])
-            try:
-                results[i], refs[i] = ray.get(ready[0]), ready[0]
-            except RayError as err:
-                self._survive(i, incarnation, err, stage)
-                pending[call(i)] = (i, self.restarts[i])
-        return results, refs
+        asked: while idle, or during the call) is set up again and asked again (``_survive``); when
+        one is lost for good and its clients go to the others, every actor left is asked again."""
+        while True:
+            n = len(self.actors)
+            pending = {call(i): (i, self.restarts[i]) for i in range(n)}
+            results, refs = [None] * n, [None] * n
+            while pending and len(self.actors) == n:
+                ready, _ = ray.wait(list(pending), num_returns=1)
+                i, incarnation = pending.pop(ready[0])
+                try:
+                    results[i], refs[i] = ray.get(ready[0]), ready[0]
+                except RayError as err:
+                    self._survive(self.actors[i], incarnation, err, stage)
+                    if len(self.actors) == n:
+                        pending[call(i)] = (i, self.restarts[i])
+            if len(self.actors) == n:
+                return results, refs
 
-    def _survive(self, i: int, incarnation: int, err: RayError, stage: str) -> None:
-        """A call on actor ``i`` (made while it was in its ``incarnation``-th life) failed with
-        ``err``; return when the call can be made again. A task that failed raises its error; an
-        actor that died, or that Ray restarted before it was asked (``HostNotSetUp``), is set up
-        again once (``_recover``), when this is the first of its lost calls to come back; an actor
-        that cannot come back (its node left: unschedulable) is ClientActorLost."""
+    def _survive(self, actor: Any, incarnation: int, err: RayError, stage: str) -> None:
+        """A call on ``actor`` (made while it was in its ``incarnation``-th life) failed with
+        ``err``; return when the call can be made again: on the actor, or, when it was dropped, on
+        the actors that took its clients over. A task that failed raises its error; an actor that
+        died, or that Ray restarted before it was asked (``HostNotSetUp``), is set up again once
+        (``_recover``), when this is the first of its lost calls to come back; an actor whose node
+        left (unschedulable, its answer lost with the node) hands its clients over (``_hand_over``)."""
         if isinstance(err, RayTaskError) and not isinstance(err, HostNotSetUp):
             raise err  # a task that failed, not an actor that died
+        i = self._index(actor)
+        if i is None:  # dropped already: its node left and its clients went to the others
+            return
         if not isinstance(err, (RayActorError, HostNotSetUp)):  # e.g. unschedulable: its node left
-            raise self._lost_error(err, stage) from None
-        if incarnation == self.restarts[i]:
+            if not self._node_left(i):
+                raise self._lost_error(err, stage) from None
+            self._hand_over(err, stage)
+        elif incarnation == self.restarts[i]:
             self._recover(i, err, stage)
 
     def _recover(self, i: int, err: RayError, stage: str) -> None:
         """Client actor ``i`` died: once Ray has restarted it, set its clients up again with their
-        state from the last checkpoint; again if it dies while coming back. ClientActorLost when it
-        cannot come back (its node left, its restarts are spent, it does not start again)."""
+        state from the last checkpoint; again if it dies while coming back. When its node left, its
+        clients go to the others (``_hand_over``); ClientActorLost when its restarts are spent or it
+        does not start again on a node still up."""
         deadline = time.monotonic() + RESTART_TIMEOUT_S
         while True:
-            alive = {n.node_id for n in alive_nodes(ray.nodes())}
-            if self.slots[i].server or self.restarts[i] >= self.max_restarts or self.slots[i].node_id not in alive:
+            if self._node_left(i):
+                return self._hand_over(err, stage)
+            if self.slots[i].server or self.restarts[i] >= self.max_restarts:
                 raise self._lost_error(err, stage)
             self.restarts[i] += 1
             try:
@@ -270,13 +340,15 @@ class RayExecutor(Executor):
             except RayTaskError:
                 raise  # its clients cannot be built: not a fault of the actor
             except (RayError, GetTimeoutError):  # pinned to a node that left (unschedulable), or never back
+                if self._node_left(i):
+                    return self._hand_over(err, stage)
                 raise self._lost_error(err, stage) from None
-        state = "their state of the last checkpoint" if self.saved else "their initial state (no checkpoint yet)"
         how = (f"had died before {stage} (Ray had restarted it without its clients)" if isinstance(err, HostNotSetUp)
-               else f"died during {stage} ({ANSI.sub('', str(err).splitlines()[0])[:160]})")
-        self.faults.append(f"client actor {i} (clients {_short([c.client_id for c in self.groups[i]])}) {how}; it was "
-                           f"restarted ({self.restarts[i]} of runtime.actor_restarts = {self.max_restarts}), its "
-                           f"clients got {state}, and what it had lost ran again")
+               else f"died during {stage} ({_first_line(err)})")
+        self.faults.append(f"client actor {self.ids[i]} (clients {_short([c.client_id for c in self.groups[i]])}) "
+                           f"{how}; it was restarted ({self.restarts[i]} of runtime.actor_restarts = "
+                           f"{self.max_restarts}), its clients got {self._saved_state()}, and what it had lost "
+                           f"ran again")
 
     def _set_up_again(self, i: int, deadline: float) -> None:
         """Actor ``i``'s clients built again and given the states of the last checkpoint, asking
@@ -292,8 +364,73 @@ class RayExecutor(Executor):
                     raise GetTimeoutError(f"not back within {RESTART_TIMEOUT_S:g} s") from None
                 time.sleep(0.1)
 
+    def _node_left(self, i: int) -> bool:
+        """Whether actor ``i``'s node has left the cluster (never the server's: it asks)."""
+        alive = {n.node_id for n in alive_nodes(ray.nodes())}
+        return not self.slots[i].server and self.slots[i].node_id not in alive
+
+    def _saved_state(self) -> str:
+        return "their state of the last checkpoint" if self.saved else "their initial state (no checkpoint yet)"
+
+    def _hand_over(self, err: RayError, stage: str) -> None:
+        """The client actors whose nodes left the cluster are lost for good: they are dropped, and
+        their clients go to the actors left (``actors.placement.hand_over``: of their architecture
+        with per-architecture shares, balanced by samples), which build them (``adopt``) with their
+        state of the last checkpoint (``self.saved``; before the first, their initial state) and
+        keep them as home clients, also when they are set up again. A line in ``self.faults`` per
+        lost actor. ClientActorLost when no actor that may take the clients is left."""
+        alive = {n.node_id for n in alive_nodes(ray.nodes())}
+        lost = [i for i, slot in enumerate(self.slots) if not slot.server and slot.node_id not in alive]
+        left = [i for i in range(len(self.actors)) if i not in lost]
+        try:
+            taken = hand_over([c for i in lost for c in self.groups[i]], [self.slots[j] for j in left],
+                              [sum(c.num_samples for c in self.groups[j]) for j in left])
+        except ValueError as nobody:
+            raise self._lost_error(err, stage, f", and {nobody} to take its clients over") from None
+        home = {c.client_id: self.ids[j] for j, group in zip(left, taken) for c in group}
+        for i in lost:
+            went: dict[int, list[int]] = {}
+            for c in sorted(self.groups[i], key=lambda c: c.client_id):
+                went.setdefault(home[c.client_id], []).append(c.client_id)
+            self.faults.append(
+                f"client actor {self.ids[i]} (clients {_short(sorted(c.client_id for c in self.groups[i]))}) "
+                f"was lost during {stage}: its node {self._node_name(self.slots[i].node_id)} left the cluster "
+                f"({_first_line(err)}); its clients went to "
+                f"{', '.join(f'actor {a} ({_short(ids)})' for a, ids in sorted(went.items()))} with "
+                f"{self._saved_state()}, and what it had lost ran again there")
+        adopters = []
+        for j, group in zip(left, taken):
+            if group:
+                ids = sorted(c.client_id for c in group)
+                self.groups[j] = self.groups[j] + group
+                args, kwargs = self.setup_args[j]  # set up again, it builds them as its own
+                self.setup_args[j] = ((*args[:-1], sorted(args[-1] + ids)), kwargs)
+                adopters.append((self.actors[j], self.restarts[j], ids))
+        self._drop(lost)
+        pending = {actor.adopt.remote(ids, *self.saved): (actor, incarnation) for actor, incarnation, ids in adopters}
+        for ref, (actor, incarnation) in pending.items():
+            try:
+                hosted = ray.get(ref)
+            except RayError as again:  # restarted, it sets them up as its own; lost too, they move on
+                self._survive(actor, incarnation, again, stage)
+                continue
+            j = self._index(actor)
+            if j is not None and self.placements[j]:  # (none yet at start-up)
+                self.placements[j] = {**self.placements[j], "hosted": hosted}
+
+    def _drop(self, lost: list[int]) -> None:
+        """Forget the actors ``lost`` (``ray.kill``: Ray stops trying to restart them) in every
+        per-actor list; their clients' owners are the actors that took them."""
+        for i in lost:
+            ray.kill(self.actors[i])
+        keep = [i for i in range(len(self.actors)) if i not in lost]
+        for name in ("slots", "actors", "groups", "setup_args", "restarts", "placements", "ids"):
+            values = getattr(self, name)
+            setattr(self, name, [values[i] for i in keep])
+        self.owner = {spec.client_id: i for i, group in enumerate(self.groups) for spec in group}
+
     def take_faults(self) -> tuple[list[str], int]:
-        """What the executor survived since the last call: a line per restarted actor, and how many
+        """What the executor survived since the last call: a line per restarted or lost actor, and how many
         tasks ran again (the round logs them)."""
         faults, retried, self.faults, self.retried = self.faults, self.retried, [], 0
         return faults, retried
@@ -303,7 +440,7 @@ class RayExecutor(Executor):
         return received
 
     def _timeout_message(self, stage: str, running) -> str:
-        waiting = sorted({t.client_id for _, tasks, _ in running for t in tasks})
+        waiting = sorted({t.client_id for _, tasks, *_ in running for t in tasks})
         return (f"{stage} did not finish within runtime.round_timeout_s = {self.timeout:g} s: "
                 f"the client actors running clients {_short(waiting)} did not answer")
 
@@ -312,12 +449,17 @@ class RayExecutor(Executor):
         return task.arch if self.slots[0].arch is not None else None
 
     def client_states(self) -> dict[int, dict[str, Any]]:
-        """Every client's state, for the checkpoint; kept (in the object store) for restarted actors."""
+        """Every client's state, for the checkpoint; kept (in the object store) for actors set up
+        again and for clients handed over. An actor's part is kept where it was made when that is
+        the server's node; one from another node is put again here: a node that leaves takes its
+        copy along."""
         parts, refs = self._on_each(lambda i: self.actors[i].client_states.remote(), "checkpoint")
         states: dict[int, dict[str, Any]] = {}
         for part in parts:
             states.update(part)
-        self.saved = refs
+        here = ray.get_runtime_context().get_node_id()
+        self.saved = [ref if slot.node_id == here else ray.put(part)
+                      for slot, ref, part in zip(self.slots, refs, parts)]
         return states
 
     def load_client_states(self, states: dict[int, dict[str, Any]]) -> None:
@@ -341,8 +483,9 @@ class RayExecutor(Executor):
     def shutdown(self) -> None:
         stop(self.slots, self.actors)
 
-    def _lost_error(self, err: Exception, stage: str) -> ClientActorLost:
-        """Which client actors are gone (each pinged), their clients and nodes, in one line."""
+    def _lost_error(self, err: Exception, stage: str, why: str = "") -> ClientActorLost:
+        """Which client actors are gone (each pinged), their clients and nodes, in one line; ``why``
+        it ends the run when that is not plain."""
         lost = self._lost()
         ids = [c.client_id for i in lost for c in self.groups[i]]
         alive = {n.node_id for n in alive_nodes(ray.nodes())}
@@ -350,8 +493,8 @@ class RayExecutor(Executor):
         where = f" (node {', '.join(gone)} left the cluster)" if gone else ""
         spent = any(self.restarts[i] >= self.max_restarts for i in lost)
         again = f", its restarts spent (runtime.actor_restarts = {self.max_restarts})" if spent and not gone else ""
-        return ClientActorLost(f"a client actor (hosting clients {_short(ids)}) died during {stage}{where}{again}: "
-                               f"{str(err).splitlines()[0]}")
+        return ClientActorLost(f"a client actor (hosting clients {_short(ids)}) died during {stage}{where}{again}"
+                               f"{why}: {(str(err).splitlines() or [''])[0]}")
 
     def _node_name(self, node_id: str) -> str:
         """``address/id-prefix``: the address for people, the id for nodes sharing an address."""
@@ -380,6 +523,10 @@ def _answer_bytes(answer: Any) -> int:
         return _answer_bytes(updates) + sum(s.nbytes() for sums in parts.values() for named in sums.values()
                                             for s in named.values())
     return sum(nbytes(u.payload) for u in answer)
+
+
+def _first_line(err: Exception) -> str:
+    return ANSI.sub("", (str(err).splitlines() or [""])[0])[:160]
 
 
 def _short(ids: list[int]) -> str:
