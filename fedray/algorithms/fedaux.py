@@ -21,6 +21,16 @@ J with lambda / N), which spreads the scores far more (see docs/methods.md) at N
 ``scorer`` other than ``logistic`` is thesis Fig. 7.4's ablation: those scorers are
 not private, and travel as fitted estimators; ``equal`` is FedDF with pre-training (FedDF+P) and
 skips the preparation altogether.
+
+Folding (``fedray.fold``, as FedDF's, :mod:`fedray.algorithms.feddf`): eq. 7.4's ensemble is
+sum_i s_i(x) f_i(x) / sum_i s_i(x), two sums with a coefficient per sample, which the hosts fold
+where the clients' logits are. So the host needs s_i: the client scores D_distill (and, for the
+weighted-ensemble diagnostic, the test inputs) in its preparation with the scorer it releases and
+keeps the scores in its state (``client.state``: the clients stay on their home hosts, and the
+scores are checkpointed with them). These are the numbers the server computes from the upload
+(Alg. 14), which it still does, for its diagnostics and for ``runtime.fold: false``. h_0's features
+of D_distill and of the test inputs are the same for every client of an architecture: a host
+computes them once per architecture during the preparation.
 """
 
 from __future__ import annotations
@@ -32,9 +42,10 @@ import torch
 from pydantic import Field
 
 from fedray.algorithms.base import ServerContext, VirtualClient, task_seed
-from fedray.algorithms.feddf import FedDF, FedDFClient, FusionParams
+from fedray.algorithms.feddf import TEST_INPUTS, FedDF, FedDFClient, FusionParams
 from fedray.config import Config
 from fedray.distill import predict_features
+from fedray.fold import Sums
 from fedray.messages import ClientTask, ClientUpdate, RoundPlan
 from fedray.privacy import SCORERS, privacy_spent, scorer_from_upload
 from fedray.weights import Weights, set_weights
@@ -54,10 +65,20 @@ class FedAUXParams(FusionParams):  # no ``share``: the scores weigh whole models
 
 
 class FedAUXClient(FedDFClient):
-    """Rounds as FedDF's client; once before them, the certainty scorer (Alg. 14, client side)."""
+    """Rounds as FedDF's client, its terms weighted by s_i; once before them, the certainty scorer
+    (Alg. 14, client side) and the scores s_i, which the client keeps."""
+
+    def __init__(self, *args: Any, **kwargs: Any):
+        super().__init__(*args, **kwargs)
+        self._h0: dict[tuple[str, str], np.ndarray] = {}  # h_0's features, by architecture and input set
+
+    @classmethod
+    def keeps_state(cls, params: FedAUXParams) -> bool:
+        return super().keeps_state(params) or params.scorer != "equal"  # its scores
 
     def prepare(self, task: ClientTask, downloads: tuple[Any, ...], client: VirtualClient) -> Any:
-        theta, negatives = downloads  # h_0 and the features h_0(D^-)
+        theta, negatives = downloads[:2]  # h_0 and the features h_0(D^-) (then, with log_ensemble, the test inputs)
+        self.hold_test_inputs(task, downloads)
         model = self.model(task.arch)
         set_weights(model, theta)
         own = predict_features(model, client.x).cpu().numpy().astype(np.float64)
@@ -65,7 +86,32 @@ class FedAUXClient(FedDFClient):
         extra = {"regularization": p.regularization} if p.scorer == "logistic" else {}
         scorer = SCORERS[p.scorer](own, np.asarray(negatives, dtype=np.float64), np.random.default_rng(task.seed),
                                    p.lam, p.eps, p.delta, **extra)
+        # s_i on D_distill (eq. 7.8) and on the test set, from the scorer as released (the server's numbers)
+        client.state["scores"] = scorer.score(self.h0_features(task.arch, model, "aux")).astype(np.float32)
+        if TEST_INPUTS in task.payload_keys:
+            client.state["test_scores"] = scorer.score(self.h0_features(task.arch, model, "test")).astype(np.float32)
         return scorer.upload()
+
+    def h0_features(self, arch: str, model: torch.nn.Module, inputs: str) -> np.ndarray:
+        """h_0(x) of D_distill (``aux``) or of the test inputs, by ``model`` holding h_0: once per
+        architecture on this host, since every client's h_0 is the same."""
+        if (arch, inputs) not in self._h0:
+            x = self.aux_x if inputs == "aux" else self.test_x
+            self._h0[arch, inputs] = predict_features(model, x).cpu().numpy().astype(np.float64)
+        return self._h0[arch, inputs]
+
+    def receive(self, task: ClientTask, downloads: tuple[Any, ...], client: VirtualClient) -> Weights:
+        self._h0.clear()  # a round: the preparation is over
+        return super().receive(task, downloads, client)
+
+    def certainty(self, update: ClientUpdate, client: Optional[VirtualClient]
+                  ) -> tuple[Optional[np.ndarray], Optional[np.ndarray]]:
+        if self.params.scorer == "equal":
+            return None, None  # FedDF+P
+        if client is None or "scores" not in client.state:
+            raise RuntimeError(f"client {update.client_id} holds no certainty scores on this host: "
+                               f"its preparation (Alg. 14) did not run here")
+        return client.state["scores"], client.state.get("test_scores")
 
 
 class FedAUX(FedDF):
@@ -109,10 +155,11 @@ class FedAUX(FedDF):
             broadcast[f"negatives/{arch}"] = self.features(arch, negatives).astype(np.float32)
         tasks = [ClientTask(c.client_id, 0, c.arch, (f"model/{c.arch}", f"negatives/{c.arch}"),
                             task_seed(self.config.seed, 0, c.client_id)) for c in self.ctx.clients]
-        return RoundPlan(tasks=tasks, broadcast=broadcast)
+        return self.with_test_inputs(RoundPlan(tasks=tasks, broadcast=broadcast))  # for the clients' test scores
 
     def prepared(self, updates: list[ClientUpdate]) -> dict[str, float]:
-        """s_i on D_distill (eq. 7.8) and, for diagnostics, on the test set, from each client's scorer."""
+        """s_i on D_distill (eq. 7.8) and, for diagnostics, on the test set, from each client's scorer
+        (as the clients have them: the server's own copy, for its figures and unfolded rounds)."""
         distill = {arch: self.features(arch, self.aux) for arch in self.ctx.architectures}
         test = {arch: self.features(arch, self.test_x) for arch in self.ctx.architectures}
         for u in sorted(updates, key=lambda u: u.client_id):
@@ -141,14 +188,15 @@ class FedAUX(FedDF):
         return float(roc_auc_score(own, self.test_scores[client_id]))
 
     # -- rounds (Alg. 15) ------------------------------------------------------------------------
-    def teacher_weights(self, clients: list[int], on_test: bool = False) -> Optional[torch.Tensor]:
-        """s_i(x) of the round's clients (eq. 7.4); None for ``equal`` (FedDF+P, bit for bit)."""
-        table = self.test_scores if on_test else self.scores
-        if not table:
-            return None
-        if not on_test:
-            self.teachers = clients  # for this round's histogram
-        return torch.from_numpy(np.stack([table[i] for i in clients])).to(self.ctx.device)
+    def client_scores(self, client_id: int) -> tuple[Optional[np.ndarray], Optional[np.ndarray]]:
+        """s_i on D_distill and on the test set (eq. 7.4); none for ``equal`` (FedDF+P, bit for bit)."""
+        if not self.scores:
+            return None, None
+        return self.scores[client_id], self.test_scores.get(client_id)
+
+    def aggregate_sums(self, round: int, sums: Sums, updates: list[ClientUpdate]) -> dict[str, float]:
+        self.teachers = sorted(u.client_id for u in updates)  # for this round's histogram
+        return super().aggregate_sums(round, sums, updates)
 
     def artifacts(self, round: int) -> dict[str, Any]:
         if not self.scores:

@@ -11,16 +11,26 @@ ICLR 2021; a baseline of FedAUX (thesis chapter 7, fedaux digest section 7).
 Only parameters are sampled; buffers (BatchNorm statistics) are the mean's. The FedBE paper also
 averages the student's weights along distillation (SWA); that is not done here, so the
 distillation step is the same as FedDF's and the two differ only in their ensembles.
+
+Folding (``fedray.fold``, as FedDF's, :mod:`fedray.algorithms.feddf`): the Gaussian needs the
+clients only through sums, its first and second moments per architecture: ``model``
+(sum_i c_i theta_i) and ``square`` (sum_i c_i theta_i^2, parameters only), so that
+var = sum_i c_i theta_i^2 / sum c - mean^2 (:func:`gaussian_std`); the clients' softmax outputs
+on D_distill are FedDF's folded ``teacher``. The means and the samples are the server's own
+models: their outputs are computed in the server and added to the clients' sum.
 """
 
 from __future__ import annotations
 
+from typing import Optional
+
 import numpy as np
 from pydantic import Field
 
-from fedray.algorithms.feddf import FedDF, FusionParams
-from fedray.algorithms.helpers import sample_weights
+from fedray.algorithms.base import VirtualClient
+from fedray.algorithms.feddf import FedDF, FedDFClient, FusionParams
 from fedray.distill.ensemble import EnsembleMode
+from fedray.fold import Sum, Sums, Terms
 from fedray.messages import ClientUpdate
 from fedray.weights import Weights
 
@@ -31,20 +41,56 @@ class FedBEParams(FusionParams):  # no ``share``: the samples are of whole model
     include_mean: bool = True
 
 
+def square_terms(update: ClientUpdate, params: FusionParams, names: set[str]) -> Terms:
+    """``square``: theta_i^2 of the parameters ``names``, with FedDF's c_i. Squared in float64:
+    float32 squares would round at 6e-8 of theta^2, far above what the variance needs."""
+    weight = float(update.num_samples) if params.weighted else 1.0
+    weights = update.payload.weights
+    return {"square": (weight, {k: np.square(weights[k], dtype=np.float64) for k in sorted(names)})}
+
+
+def gaussian_std(moments: dict[str, Sum], names: set[str]) -> dict[str, np.ndarray]:
+    """sqrt(var) of the parameters ``names`` from one architecture's sums: var = sum_i c_i theta_i^2 /
+    sum c - mean^2, in float64. The two terms cancel; their rounding is at most about
+    2 (K + 1) 2^-52 of sum_i c_i theta_i^2 / sum c (K clients), so a variance below that is taken as
+    0 (a single client's is, as before folding). The std so dropped is under 2.2e-8 sqrt(K + 1) of
+    the parameter's root mean square: about a float32 ulp of the sample (6e-8 to 1.2e-7 of a value)
+    for tens of clients."""
+    first, second = moments["model"], moments["square"]
+    std = {}
+    for k in names:
+        mean = first.value()[k] / first.weight
+        square = second.value()[k] / second.weight
+        var = square - mean * mean
+        var[var <= 2 * (second.count + 1) * 2.0**-52 * square] = 0.0
+        std[k] = np.sqrt(var)
+    return std
+
+
+class FedBEClient(FedDFClient):
+    """FedDF's client; its terms add the second moment of theta_i (``square``)."""
+
+    def contribution(self, update: ClientUpdate, client: Optional[VirtualClient]) -> Terms:
+        names = {name for name, _ in self.model(update.arch).named_parameters()}
+        return {**super().contribution(update, client), **square_terms(update, self.params, names)}
+
+
 class FedBE(FedDF):
     name = "fedbe"
     Params = FedBEParams
+    Client = FedBEClient
 
-    def extra_teachers(self, round: int, groups: dict[str, list[ClientUpdate]]) -> list[tuple[str, Weights]]:
+    def server_terms(self, update: ClientUpdate) -> Terms:
+        names = {name for name, _ in self.work_model(update.arch).named_parameters()}
+        return {**super().server_terms(update), **square_terms(update, self.params, names)}
+
+    def extra_teachers(self, round: int, sums: Sums, archs: list[str]) -> list[tuple[str, Weights]]:
         rng = np.random.default_rng([self.config.seed, round, 0xFEDBE])
         teachers = []
-        for arch, group in groups.items():
-            mean = self.models[arch]  # the weighted average, set by aggregate before this call
+        for arch in archs:
+            mean = self.models[arch]  # the weighted average, set from the sums before this call
             names = {name for name, _ in self.work_model(arch).named_parameters()}
-            w = np.array(sample_weights(group, self.params.weighted))
-            w = w / w.sum()
-            std = {k: np.sqrt(sum(c * (u.payload.weights[k].astype(np.float64) - mean[k]) ** 2
-                                  for c, u in zip(w, group))) for k in names}
+            std = gaussian_std(sums[arch], names)
             if self.params.include_mean:
                 teachers.append((arch, mean))
             for _ in range(self.params.samples):

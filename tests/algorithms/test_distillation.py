@@ -13,7 +13,9 @@ from fedray.data.datasets import load_dataset
 from fedray.distill.soft_labels import decode_soft_labels
 from fedray.assembly import assemble, load_data
 from fedray.federation import Federation
+from fedray.fold import add_terms
 from fedray.messages import ClientFailure, ClientUpdate
+from tests.distill.folding import check_folding
 
 
 def config(algorithm, rounds=2, **extra):
@@ -118,19 +120,34 @@ def test_feddf_distils_every_architecture_from_all_clients_and_counts_the_logits
 
 def test_fedbe_samples_a_diagonal_gaussian_around_the_weighted_mean(tmp_path):
     fed = Federation(assemble(config({"name": "fedbe", "samples": 400}, 1)), tmp_path)
-    base = fed.strategy.models["logreg"]
+    s = fed.strategy
+    base = s.models["logreg"]
     a = {k: v + 1.0 for k, v in base.items()}
     b = {k: v - 1.0 for k, v in base.items()}  # with |D| 1 and 3: mean base - 0.5, std sqrt(3)/2
     no_logits = np.zeros((0, 10), np.float32)
+
+    def moments(*updates):  # the sums a host folds: first and second moments of the weights
+        sums = {}
+        for u in updates:
+            add_terms(sums, u.arch, s.server_terms(u))
+        s.models["logreg"] = sums["logreg"]["model"].mean()
+        return sums
+
     updates = [ClientUpdate(0, "logreg", 1, WeightsAndLogits(a, no_logits), 0),
                ClientUpdate(1, "logreg", 3, WeightsAndLogits(b, no_logits), 0)]
-    fed.strategy.models["logreg"] = {k: v - 0.5 for k, v in base.items()}
-    teachers = fed.strategy.extra_teachers(1, {"logreg": updates})
-    assert len(teachers) == 401 and teachers[0][1] is fed.strategy.models["logreg"]
+    sums = moments(*updates)
+    np.testing.assert_allclose(s.models["logreg"]["classifier.weight"], base["classifier.weight"] - 0.5, atol=1e-6)
+    teachers = s.extra_teachers(1, sums, ["logreg"])
+    assert len(teachers) == 401 and teachers[0][1] is s.models["logreg"]
     draws = np.stack([t["classifier.weight"] - base["classifier.weight"] for _, t in teachers[1:]])
     assert abs(draws.mean() + 0.5) < 0.01 and abs(draws.std() - np.sqrt(3) / 2) < 0.01
-    again = fed.strategy.extra_teachers(1, {"logreg": updates})  # seeded by (seed, round)
+    again = s.extra_teachers(1, moments(*updates), ["logreg"])  # seeded by (seed, round)
     np.testing.assert_array_equal(again[5][1]["classifier.weight"], teachers[5][1]["classifier.weight"])
+    # one client: E[theta^2] - mean^2 cancels to rounding, which is no variance: every sample is the mean
+    alone = s.extra_teachers(1, moments(updates[1]), ["logreg"])
+    for _, sample in alone[1:]:
+        for key, value in sample.items():
+            np.testing.assert_array_equal(value, b[key], err_msg=key)
 
 
 def test_fedbe_runs_and_learns(tmp_path):
@@ -208,3 +225,42 @@ def test_cfd_delta_downloads_are_per_client_smaller_and_checked(tmp_path):
     task = next(t for t in plan.tasks if t.client_id == cid)
     with pytest.raises(ClientFailure, match=f"^client {cid} failed in round 7 during download: LabelsOutOfSync: soft labels differ"):
         fed.executor.host.run(task, *(plan.broadcast[k] for k in task.payload_keys))
+
+
+# -- folding (fedray.fold) -----------------------------------------------------------------------
+FOLDING = {"feddf": {"name": "feddf", "distill": {"steps": 3, "lr": 1e-3}},
+           "feddf_probs": {"name": "feddf", "ensemble": "mean_probs", "distill": {"steps": 3, "temperature": 2.0}},
+           "fedbe": {"name": "fedbe", "samples": 3, "distill": {"steps": 3}},
+           "fd": {"name": "fd", "distill": {"steps": 3}},
+           "cfd": {"name": "cfd", "delta": True, "b_down": 2, "distill": {"steps": 3}}}
+
+
+@pytest.mark.parametrize("method", sorted(FOLDING))
+def test_hosts_fold_within_the_float64_bound_and_the_server_folds_whole_uploads_alike(tmp_path, method):
+    """FedDF's teacher (logits, or probabilities at T = 2) and FedAvg init, FedBE's moments, FD's
+    labels and entropies: see ``tests.distill.folding.check_folding``."""
+    cfg = config(FOLDING[method], 2, federation={"clients_per_round": 5}, runtime={"fold": False})
+    fed = Federation(assemble(cfg), tmp_path)
+    # a round first, then FD's clients have labels to download and to delta-code against; unfolded,
+    # so that the server holds its copy of their uploads to decode the deltas against
+    fed.run_round()
+    check_folding(fed, kept=("models", "start") if method in ("fd", "cfd") else ("models",))
+
+
+@pytest.mark.parametrize("method", ["feddf", "fedbe", "cfd"])
+def test_a_folded_run_is_the_per_client_run_when_each_client_is_a_fold_unit(tmp_path, method):
+    """Fewer clients than ``runtime.fold_groups``: each is its own unit, and the server adds the
+    units in client-id order, as it adds whole uploads with ``runtime.fold: false``: the same bits.
+    The folded run's server never sees an upload."""
+    def refuse(round, updates):
+        raise AssertionError("a folded round reached Strategy.aggregate")
+
+    apart, whole = run(config(FOLDING[method], 2, runtime={"fold": False}), tmp_path / "apart")
+    fed = Federation(assemble(config(FOLDING[method], 2)), tmp_path / "folded")
+    fed.strategy.aggregate = refuse
+    folded = [fed.run_round().metrics for _ in range(2)]
+    assert_same_models(apart.strategy.models, fed.strategy.models)
+    for a, b in zip(whole, folded):
+        assert {k: v for k, v in a.items() if not k.startswith("time/")} == \
+               {k: v for k, v in b.items() if not k.startswith("time/")}
+    assert "distill/ensemble_accuracy" in folded[-1] or method == "cfd"

@@ -12,6 +12,7 @@ from fedray.assembly import assemble
 from fedray.federation import Federation
 from fedray.tracking import read_scalars
 from fedray.weights import nbytes
+from tests.distill.folding import check_folding
 
 
 def config(tmp_path, algorithm, rounds=2, **extra):
@@ -125,3 +126,34 @@ def test_the_pretraining_cache_is_hit_on_the_second_run(tmp_path):
             np.testing.assert_array_equal(value, second.experiment.initial[arch][name])
     other, _ = run(config(tmp_path, "feddf", rounds=1, seed=1), tmp_path / "c")  # another seed: a miss
     assert not other.experiment.pretrained["mlp"]["cached"]
+
+
+def test_clients_keep_the_servers_scores_and_their_hosts_fold_the_weighted_ensemble(tmp_path):
+    """Each client scores D_distill and the test inputs itself, with the scorer it releases: the
+    server's numbers from the upload. With a coefficient per sample, the teacher's folds in two
+    splits stay within the float64 bound, and the server's fold of the whole uploads (its own
+    scores) is the hosts' (the clients'), bit for bit (``tests.distill.folding.check_folding``)."""
+    cfg = config(tmp_path, {"name": "fedaux", "eps": 10.0, "distill": {"steps": 3, "lr": 1e-3}},
+                 federation={"clients_per_round": 5})
+    fed = Federation(assemble(cfg), tmp_path / "run")
+    assert fed.experiment.method.stateful  # the scores stay on the clients' home hosts, in their state
+    states = fed.executor.client_states()
+    for cid in range(6):
+        np.testing.assert_array_equal(states[cid]["scores"], fed.strategy.scores[cid])
+        np.testing.assert_array_equal(states[cid]["test_scores"], fed.strategy.test_scores[cid])
+    check_folding(fed)
+    metrics = fed.run_round().metrics  # folded, as every round
+    assert {"distill/ensemble_accuracy", "distill/weighted_ensemble_accuracy"} <= metrics.keys()
+
+
+def test_a_folded_fedaux_run_is_the_per_client_run(tmp_path):
+    """Fewer clients than fold groups: the hosts' sums are the server's to the bit (see
+    tests/algorithms/test_distillation.py), here with the certainty weights."""
+    algorithm = {"name": "fedaux", "eps": 10.0, "distill": {"steps": 3, "lr": 1e-3}}
+    folded, a = run(config(tmp_path, algorithm), tmp_path / "folded")
+    apart, b = run(config(tmp_path, algorithm, runtime={"fold": False}), tmp_path / "apart")
+    for arch in folded.strategy.models:
+        for name, value in folded.strategy.models[arch].items():
+            np.testing.assert_array_equal(value, apart.strategy.models[arch][name], err_msg=f"{arch}.{name}")
+    assert [{k: v for k, v in m.items() if not k.startswith("time/")} for m in a] == \
+           [{k: v for k, v in m.items() if not k.startswith("time/")} for m in b]
