@@ -31,7 +31,7 @@ from fedray.method import Method
 from fedray.messages import ClientFailure, ClientSpec, ClientTask, ClientUpdate, one_line
 from fedray.models import model_builder
 from fedray.training import cap_gpu_memory, gpu_memory_note, resolve_device, set_torch_threads
-from fedray.weights import Weights, is_update, nbytes
+from fedray.weights import Weights, all_finite, is_update, nbytes
 
 
 def client_major(x: np.ndarray, y: np.ndarray, specs: list[ClientSpec]
@@ -213,7 +213,10 @@ class ClientHost:
             ok = finite(update)
             if ok:
                 with failing_as(task, "upload"):
-                    add_terms(sums[unit], update.arch, self.algorithm.contribution(update, self.clients.get(task.client_id)))
+                    terms = self.algorithm.contribution(update, self.clients.get(task.client_id))
+                ok = all_finite(terms)  # a coded upload (STC's bitstream) shows its NaN only decoded
+                if ok:
+                    add_terms(sums[unit], update.arch, terms)
             kept.append(replace(update, payload=None, metrics={**update.metrics, **({} if ok else {"nonfinite": 1.0})}))
 
         if self.vectorize:
