@@ -71,9 +71,9 @@ def process_label(proc: psutil.Process, driver_pid: int) -> str:
     cmd = proc.cmdline()
     if not cmd:
         return "other"
-    if "multiprocessing.spawn" in " ".join(cmd[:3]):  # the floor's workers
+    if "multiprocessing.spawn" in " ".join(cmd[:4]):  # the floor's workers
         return "worker"
-    if "multiprocessing.resource_tracker" in " ".join(cmd[:3]):
+    if "multiprocessing.resource_tracker" in " ".join(cmd[:4]):
         return "resource_tracker"
     if cmd[0].startswith("ray::"):
         return cmd[0].split(".")[0].split()[0]  # ray::ClientActor.run -> ray::ClientActor
