@@ -17,7 +17,7 @@ from actors.client import ClientPool, HostNotSetUp, stop
 from fedray.clients import client_major
 from fedray.config import Config
 from fedray.executor import Executor
-from fedray.fold import Folder, Sums, add_sums, fold_groups
+from fedray.fold import Folder, Node, Sums, TreeFolder, add_sums, blocks, fold_groups
 from fedray.method import Method
 from fedray.weights import nbytes
 from fedray.messages import ClientSpec, ClientTask, ClientUpdate, RoundPlan
@@ -95,7 +95,8 @@ class RayExecutor(Executor):
         self.ids = list(range(len(self.actors)))  # each actor's name in fault lines, kept when others are dropped
         self.owner = {spec.client_id: i for i, group in enumerate(self.groups) for spec in group}
         self.sizes = {spec.client_id: spec.num_samples for spec in specs}
-        self.fold_group = fold_groups([spec.client_id for spec in specs], config.runtime.fold_groups)
+        self.fold_groups = config.runtime.fold_groups
+        self.fold_group = fold_groups([spec.client_id for spec in specs], self.fold_groups)
         # an explicit clients_per_actor is a layout the user asked for: keep every client at home
         self.pinned = method.stateful or config.runtime.clients_per_actor != "auto"
         # actors that train their tasks as cohorts get them all at once (a cohort per call, not a task)
@@ -110,20 +111,20 @@ class RayExecutor(Executor):
         return self._run(plan, "run_batch")[0]
 
     def fold(self, plan: RoundPlan) -> tuple[list[ClientUpdate], Sums]:
-        """The round folded on the actors (``fedray.fold``). Fold units: where any actor may run any
-        client, the fold groups (``runtime.fold_groups``), one unit a batch, so the sums are those of
-        the local backend to the last bit, whichever actor ran which group, and a run that lost a
-        node ends where the undisturbed run ends; where the clients stay at home or train as
-        cohorts, one unit per actor, so a run that lost a node (fewer actors, clients on new homes,
-        a lost unit run again in parts) differs from the undisturbed run by rounding. The server
-        adds the units' sums in unit order as they come, holding only those that come early."""
+        """The round folded on the actors (``fedray.fold``). Where any actor may run any client, a
+        batch is a block of the fold tree (``runtime.fold_groups`` groups of client ids, added
+        pairwise in a fixed tree): a host sends one sum per block and the server adds blocks to
+        their siblings as they come, so the sums are those of the local backend to the last bit,
+        whichever actor ran which block, and a run that lost a node ends where the undisturbed run
+        ends. Where the clients stay at home or train as cohorts, one unit per actor, added in actor
+        order, so a run that lost a node (fewer actors, clients on new homes, a lost unit run again
+        in parts) differs from the undisturbed run by rounding."""
         return self._run(plan, "fold_batch")
 
-    def _units(self, tasks: list[ClientTask], batches: dict[int, list[ClientTask]] | None) -> dict[int, tuple]:
-        """Each task's fold unit: its actor's (``batches``: one batch per actor), else its fold group's."""
-        if batches is not None:
-            return {t.client_id: (i, "") for i, batch in batches.items() for t in batch}
-        return {t.client_id: (self.fold_group[t.client_id], str(self._kind(t) or "")) for t in tasks}
+    @staticmethod
+    def _units(batches: dict[int, list[ClientTask]]) -> dict[int, tuple]:
+        """Each task's fold unit where every actor has one batch: its actor's."""
+        return {t.client_id: (i, "") for i, batch in batches.items() for t in batch}
 
     def _run(self, plan: RoundPlan, call: str) -> tuple[list[ClientUpdate], Sums | None]:
         """The plan's tasks on the actors, through their ``call`` (``run_batch``, ``fold_batch``,
@@ -134,28 +135,32 @@ class RayExecutor(Executor):
         refs = {key: ray.put(payload) for key, payload in plan.broadcast.items()}
         stage = "the preparation" if call == "prepare_batch" else f"round {plan.tasks[0].round if plan.tasks else 0}"
         deadline = time.monotonic() + self.timeout if self.timeout else None
-        running: dict[Any, tuple[Any, list[ClientTask], int, tuple]] = {}  # batch -> actor, tasks, incarnation, part
+        running: dict[Any, tuple] = {}  # batch -> actor, tasks, incarnation, part, fold-tree node
         folding = call == "fold_batch"
         batches = None
         if self.pinned or self.together:  # one batch per actor: its clients', or an equal share
             batches = self._homes(plan.tasks) if self.pinned else self._spread(plan.tasks)
-        unit = self._units(plan.tasks, batches) if folding else {}
-        folder = Folder(sorted(set(unit.values())))
+        tree = folding and batches is None  # any actor takes any block of the fold tree
+        unit = self._units(batches) if folding and not tree else {}
+        filled: dict[str, set[int]] = {}  # per kind, the fold groups with clients this round
+        for task in plan.tasks if tree else []:
+            filled.setdefault(self._kind_name(task), set()).add(self.fold_group[task.client_id])
+        folder: Any = TreeFolder(self.fold_groups, filled) if tree else Folder(sorted(set(unit.values())))
         parts: dict[tuple, dict[tuple, Sums | None]] = {}  # a unit run again in parts (on new homes): their sums
 
-        def submit(i: int, tasks: list[ClientTask], part: tuple = ()) -> None:
+        def submit(i: int, tasks: list[ClientTask], part: tuple = (), node: Node | None = None) -> None:
             keys = sorted({k for t in tasks for k in t.payload_keys})
-            units = [[unit[t.client_id] for t in tasks]] if folding else []
+            units = [node] if node is not None else [[unit[t.client_id] for t in tasks]] if folding else []
             batch = getattr(self.actors[i], call).remote(tasks, *units, keys, *(refs[k] for k in keys))
-            running[batch] = (self.actors[i], tasks, self.restarts[i], part)
+            running[batch] = (self.actors[i], tasks, self.restarts[i], part, node)
 
-        def again(actor: Any, tasks: list[ClientTask], part: tuple) -> None:
+        def again(actor: Any, tasks: list[ClientTask], part: tuple, node: Node | None) -> None:
             """A lost batch, run again: on its actor, restarted; its actor dropped (its node left),
             on its clients' new homes when they are pinned, else whole on the least busy actor of
             its kind. A fold unit split over several homes is added when its last part is in."""
             i = self._index(actor)
             if i is not None or not self.pinned:
-                submit(i if i is not None else self._least_busy(tasks[0], running), tasks, part)
+                submit(i if i is not None else self._least_busy(tasks[0], running), tasks, part, node)
                 return
             homes = sorted(self._homes(tasks).items())
             if folding and len(homes) > 1:
@@ -179,20 +184,20 @@ class RayExecutor(Executor):
                 submit(i, tasks)
             refill: Callable[[int], None] = lambda i: None  # noqa: E731
         else:
-            refill = self._balanced(plan.tasks, submit, unit if folding else None)
+            refill = self._balanced(plan.tasks, submit, filled if tree else None)
         results = []
         while running:
             left = None if deadline is None else max(0.0, deadline - time.monotonic())
             ready, _ = ray.wait(list(running), num_returns=1, timeout=left)
             if not ready:
                 raise RoundTimeout(self._timeout_message(stage, running.values()))
-            actor, tasks, incarnation, part = running.pop(ready[0])
+            actor, tasks, incarnation, part, node = running.pop(ready[0])
             try:
                 answer = ray.get(ready[0])
             except RayError as err:
                 self._survive(actor, incarnation, err, stage)
                 self.retried += len(tasks)
-                again(actor, tasks, part)
+                again(actor, tasks, part, node)
                 continue
             self.received += _answer_bytes(answer)
             if folding:
@@ -236,24 +241,32 @@ class RayExecutor(Executor):
             batches.setdefault(i, []).append(task)
         return batches
 
-    def _balanced(self, tasks: list[ClientTask], submit, unit: dict[int, tuple] | None = None) -> Callable[[int], None]:
+    def _balanced(self, tasks: list[ClientTask], submit, filled: dict[str, set[int]] | None = None
+                  ) -> Callable[[int], None]:
         """Submit the first batches and return ``refill(i)``, which gives actor ``i`` its next batch.
 
         Longest first, each actor kept ``QUEUED`` batches deep until no task is left. A batch takes
         1 / (QUEUED x actors) of the tasks left (guided self-scheduling): large batches while much
-        is left, single tasks at the end, so the actors finish together. Folding (``unit``: each
-        task's fold unit), a batch is one fold unit, in unit order, so that the server's sums that
-        wait for an earlier unit are few and a host holds one unit's sum at a time."""
+        is left, single tasks at the end, so the actors finish together. Folding (``filled``: per
+        kind, the fold groups with clients), a batch is a block of the fold tree
+        (``fedray.fold.blocks``), sized alike, in group order, so that a host sends one sum per block
+        and the server's sums that wait for a sibling are few."""
         todo: dict[Any, list] = {}
-        if unit is None:
+        if filled is None:
             for task in sorted(tasks, key=lambda t: -self.sizes[t.client_id]):
                 todo.setdefault(self._kind(task), []).append(task)
         else:
-            units: dict[tuple, list[ClientTask]] = {}
+            of_block: dict[Node, list[ClientTask]] = {}
             for task in sorted(tasks, key=lambda t: t.client_id):
-                units.setdefault(unit[task.client_id], []).append(task)
-            for key in sorted(units):
-                todo.setdefault(self._kind(units[key][0]), []).append(units[key])
+                name, group = self._kind_name(task), self.fold_group[task.client_id]
+                of_block.setdefault(name, []).append((group, task))
+            for name, grouped in of_block.items():
+                kind = self._kind(grouped[0][1])
+                parts = self.QUEUED * max(1, sum(1 for slot in self.slots if slot.arch == kind))
+                for level, index in blocks(filled[name], self.fold_groups, parts):
+                    node = Node(name, level, index)
+                    lo, hi = node.span
+                    todo.setdefault(kind, []).append((node, [t for g, t in grouped if lo <= g < hi]))
 
         def takers(kind: Any) -> list[int]:  # asked each time: actors dropped mid-round take none
             return [i for i, slot in enumerate(self.slots) if slot.arch == kind]
@@ -261,9 +274,9 @@ class RayExecutor(Executor):
         def refill(i: int) -> None:
             kind = self.slots[i].arch if self.slots[0].arch is not None else None
             left = todo.get(kind)
-            if left and unit is not None:
+            if left and filled is not None:
                 todo[kind] = left[1:]
-                submit(i, left[0])
+                submit(i, left[0][1], node=left[0][0])
             elif left:
                 size = max(1, math.ceil(len(left) / (self.QUEUED * len(takers(kind)))))
                 todo[kind] = left[size:]
@@ -443,6 +456,10 @@ class RayExecutor(Executor):
         waiting = sorted({t.client_id for _, tasks, *_ in running for t in tasks})
         return (f"{stage} did not finish within runtime.round_timeout_s = {self.timeout:g} s: "
                 f"the client actors running clients {_short(waiting)} did not answer")
+
+    def _kind_name(self, task: ClientTask) -> str:
+        """The kind of actor a task needs, as a fold-tree node names it ("" when any actor will do)."""
+        return str(self._kind(task) or "")
 
     def _kind(self, task: ClientTask) -> Any:
         """Which actors may run a task: those of its architecture with per-architecture GPU shares."""

@@ -26,7 +26,7 @@ from fedray.algorithms.base import ClientAlgorithm, Gradient, LocalUpdate, Train
 from fedray.cohort import chunk_size, chunks, memory_budget
 from fedray.config import Config
 from fedray.data.shifts import apply_adversary, apply_group
-from fedray.fold import Sums, add_terms, finite
+from fedray.fold import Node, Sums, TreeStack, add_terms, finite, fold_groups
 from fedray.method import Method
 from fedray.messages import ClientFailure, ClientSpec, ClientTask, ClientUpdate, one_line
 from fedray.models import model_builder
@@ -147,6 +147,7 @@ class ClientHost:
         self.config, self.num_classes = config, num_classes
         self.train_x, self.train_y, self.spans = train_x, train_y, spans
         self.specs = {spec.client_id: spec for spec in specs}
+        self.fold_group = fold_groups(list(self.specs), config.runtime.fold_groups)  # as the executor cuts them
         home_ids = set(self.specs) if home is None else set(home)
         self.vectorize = method.vectorizes(config.runtime)
         self._chunks: dict[tuple[str, int], int] = {}  # clients per cohort chunk, by architecture and shard bytes
@@ -198,25 +199,32 @@ class ClientHost:
         with self._noting_gpu_memory():
             return self._run_cohorts(tasks, args)
 
-    def fold_batch(self, tasks: list[ClientTask], units: list[Hashable], keys: list[str], *payloads: Any
+    def fold_batch(self, tasks: list[ClientTask], units: list[Hashable] | Node, keys: list[str], *payloads: Any
                    ) -> tuple[list[ClientUpdate], dict[Hashable, Sums]]:
         """``run_batch`` for a method that folds (``fedray.fold``): each finite upload becomes its
-        client's terms (``ClientAlgorithm.contribution``), summed per fold unit (``units[i]`` is
-        ``tasks[i]``'s) in client-id order, and is dropped. Returns the updates without payloads (an
-        upload holding NaN or Inf, which is not folded, says so: ``nonfinite``) and each unit's sums."""
+        client's terms (``ClientAlgorithm.contribution``), summed in client-id order, and is dropped.
+        ``units``: each task's fold unit (the sums of each unit come back), or a node of the fold
+        tree (the tasks are that block's; its fold groups' sums are added in the tree, one sum comes
+        back). Returns the updates without payloads (an upload holding NaN or Inf, which is not
+        folded, says so: ``nonfinite``) and the sums by unit or node."""
         order = sorted(range(len(tasks)), key=lambda i: tasks[i].client_id)
-        tasks, units = [tasks[i] for i in order], [units[i] for i in order]
-        sums: dict[Hashable, Sums] = {unit: {} for unit in units}
+        tasks = [tasks[i] for i in order]
+        tree = TreeStack(units) if isinstance(units, Node) else None
+        units = [self.fold_group[t.client_id] for t in tasks] if tree else [units[i] for i in order]
+        sums: dict[Hashable, Sums] = {}
         kept: list[ClientUpdate] = []
 
         def fold(task: ClientTask, unit: Hashable, update: ClientUpdate) -> None:
+            if tree is not None and sums and unit not in sums:  # a fold group is complete: into the tree
+                tree.push(*sums.popitem())
+            into = sums.setdefault(unit, {})
             ok = finite(update)
             if ok:
                 with failing_as(task, "upload"):
                     terms = self.algorithm.contribution(update, self.clients.get(task.client_id))
                 ok = all_finite(terms)  # a coded upload (STC's bitstream) shows its NaN only decoded
                 if ok:
-                    add_terms(sums[unit], update.arch, terms)
+                    add_terms(into, update.arch, terms)
             kept.append(replace(update, payload=None, metrics={**update.metrics, **({} if ok else {"nonfinite": 1.0})}))
 
         if self.vectorize:
@@ -226,7 +234,11 @@ class ClientHost:
             args = self._downloads(tasks, keys, payloads)
             for task, unit in zip(tasks, units):  # one upload alive at a time
                 fold(task, unit, self.run(task, *args[task.client_id]))
-        return kept, sums
+        if tree is None:
+            return kept, sums
+        if sums:
+            tree.push(*sums.popitem())
+        return kept, {tree.node: tree.result()}
 
     def prepare_batch(self, tasks: list[ClientTask], keys: list[str], *payloads: Any) -> list[ClientUpdate]:
         """The method's one-time preparation for several clients (``prepare_task``), as ``run_batch``."""

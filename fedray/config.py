@@ -283,9 +283,17 @@ class RuntimeConfig(_Section):
                           "(fedray.fold); false: every client's update travels to the server, as before")
     fold_groups: int = Field(
         64, ge=1, description="for methods whose server step needs only sums of the clients' updates: the clients' "
-                              "ids cut into this many blocks, each block's clients of a round summed on one host "
-                              "and the blocks' sums added in order, so results do not depend on which actor ran "
-                              "which client (fedray.fold); at least a few times the client actors")
+                              "ids cut into this many blocks (a power of two), each block's clients of a round "
+                              "summed in id order and the blocks' sums added pairwise in a fixed tree, so results "
+                              "do not depend on which actor ran which client (fedray.fold); at least 8 times the "
+                              "client actors, so that the last blocks of a round are small")
+
+    @field_validator("fold_groups")
+    @classmethod
+    def _power_of_two(cls, value: int) -> int:
+        if value & (value - 1):
+            raise ValueError(f"must be a power of two (the fold tree is binary), got {value}")
+        return value
 
     @field_validator("clients_per_actor", "vectorize_chunk")
     @classmethod

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any, Callable
 
 from fedray.clients import ClientHost, client_major
 from fedray.config import Config
-from fedray.fold import Folder, Sums, fold_groups
+from fedray.fold import Node, Sums
 from fedray.messages import ClientSpec, ClientUpdate, RoundPlan
 from fedray.weights import Weights
 
@@ -82,7 +82,7 @@ class LocalExecutor(Executor):
         x, y, spans = client_major(data.train_x, data.train_y, specs)
         self.host = ClientHost(config, method, specs, x, y, data.num_classes, threads=threads,
                                aux_x=data.aux_x, initial_models=initial_models, spans=spans)
-        self.groups = fold_groups([s.client_id for s in specs], config.runtime.fold_groups)
+        self.groups = config.runtime.fold_groups
 
     def prepare(self, plan: RoundPlan) -> list[ClientUpdate]:
         return self._sorted(self.host.prepare_batch(plan.tasks, *self._broadcast(plan)))
@@ -91,14 +91,11 @@ class LocalExecutor(Executor):
         return self._sorted(self.host.run_batch(plan.tasks, *self._broadcast(plan)))
 
     def fold(self, plan: RoundPlan) -> tuple[list[ClientUpdate], Sums]:
-        """Every task on the one host, folded by fold group (``fedray.fold.fold_groups``), as the
-        Ray executor folds when any actor may run any client: the same sums, to the last bit."""
-        units = [(self.groups[t.client_id], "") for t in plan.tasks]
-        updates, parts = self.host.fold_batch(plan.tasks, units, *self._broadcast(plan))
-        folder = Folder(sorted(parts))
-        for unit, sums in parts.items():
-            folder.add(unit, sums)
-        return self._sorted(updates), folder.result()
+        """Every task on the one host, as the root block of the fold tree (``fedray.fold``): the
+        same additions in the same order as the Ray executor makes over its actors, to the last bit."""
+        root = Node("", self.groups.bit_length() - 1, 0)
+        updates, parts = self.host.fold_batch(plan.tasks, root, *self._broadcast(plan))
+        return self._sorted(updates), parts[root] or {}
 
     @staticmethod
     def _broadcast(plan: RoundPlan) -> tuple[Any, ...]:

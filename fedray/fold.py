@@ -203,3 +203,122 @@ def finite(update) -> bool:
         return False
     trained = update.metrics.get("steps", 0.0) > 0
     return all_finite(update.payload) and (not trained or bool(np.isfinite(update.metrics.get("loss", 0.0))))
+
+
+# -- the fold tree: fold groups added pairwise, in a fixed binary tree -------------------------------
+
+
+@dataclass(frozen=True, order=True)
+class Node:
+    """A node of the fold tree of one kind of actor: the fold groups [index 2^level, (index + 1) 2^level).
+    Its sum is its left child's plus its right child's, wherever it is made, so a host that ran an
+    aligned block of groups sends one sum for the block and the server adds blocks as siblings."""
+
+    kind: str
+    level: int
+    index: int
+
+    @property
+    def span(self) -> tuple[int, int]:
+        return self.index << self.level, (self.index + 1) << self.level
+
+    def parent(self) -> "Node":
+        return Node(self.kind, self.level + 1, self.index // 2)
+
+    def sibling(self) -> "Node":
+        return Node(self.kind, self.level, self.index ^ 1)
+
+
+def combine(left: Optional[Sums], right: Optional[Sums]) -> Optional[Sums]:
+    """A node's sum from its children's (None: a child without clients this round)."""
+    if left is None:
+        return right
+    if right is None:
+        return left
+    return add_sums(left, right)
+
+
+class TreeStack:
+    """The sum of ``node`` from its groups' sums given in increasing group order (groups not given
+    have no clients): each group is pushed and merged with its left sibling when that is complete,
+    so at most one sum per level is held."""
+
+    def __init__(self, node: Node):
+        self.node = node
+        self.next, self.stop = node.span
+        self.stack: list[tuple[int, int, Optional[Sums]]] = []  # (level, index, sum)
+
+    def push(self, group: int, sums: Sums) -> None:
+        if not self.next <= group < self.stop:
+            raise ValueError(f"fold group {group} is not after {self.next - 1} within {self.node}")
+        while self.next < group:
+            self._push(None)
+        self._push(sums)
+
+    def _push(self, sums: Optional[Sums]) -> None:
+        level, index = 0, self.next
+        self.next += 1
+        while index % 2 == 1 and self.stack and self.stack[-1][:2] == (level, index - 1):
+            sums = combine(self.stack.pop()[2], sums)
+            level, index = level + 1, index // 2
+        self.stack.append((level, index, sums))
+
+    def result(self) -> Optional[Sums]:
+        while self.next < self.stop:
+            self._push(None)
+        return self.stack[0][2]
+
+
+class TreeFolder:
+    """The server's side of the fold tree: each arriving block's sum is added to its sibling's once
+    both are in (a sibling without clients is no wait), up to each kind's root; only blocks whose
+    sibling is still out are held."""
+
+    def __init__(self, groups: int, filled: dict[str, set[int]]):
+        """``groups``: the tree's leaves (a power of two); ``filled``: per kind, the groups with clients."""
+        self.top = groups.bit_length() - 1
+        self.filled = filled
+        self.waiting: dict[Node, Optional[Sums]] = {}
+        self.roots: dict[str, Optional[Sums]] = {}
+
+    def empty(self, node: Node) -> bool:
+        lo, hi = node.span
+        return not any(lo <= g < hi for g in self.filled.get(node.kind, ()))
+
+    def add(self, node: Node, sums: Optional[Sums]) -> None:
+        while node.level < self.top:
+            sibling = node.sibling()
+            if not self.empty(sibling):
+                if sibling not in self.waiting:
+                    self.waiting[node] = sums
+                    return
+                other = self.waiting.pop(sibling)
+                sums = combine(other, sums) if sibling.index < node.index else combine(sums, other)
+            node = node.parent()
+        self.roots[node.kind] = sums
+
+    def result(self) -> Sums:
+        missing = sorted(k for k in self.filled if self.filled[k] and k not in self.roots)
+        if missing or self.waiting:
+            raise RuntimeError(f"the fold tree of {missing or sorted({n.kind for n in self.waiting})} is incomplete")
+        total: Sums = {}
+        for kind in sorted(self.roots):
+            add_sums(total, self.roots[kind] or {})
+        return total
+
+
+def blocks(filled: set[int], groups: int, parts: int) -> list[tuple[int, int]]:
+    """The fold tree's aligned blocks (level, index) that cover the groups with clients, in group
+    order, each about 1/``parts`` of the groups left (guided self-scheduling: large blocks first,
+    single groups last, so the hosts finish together); a block without clients is skipped."""
+    out, start = [], 0
+    while start < groups:
+        target = max(1, (groups - start) // parts)
+        level = 0
+        while (start % (2 << level) == 0 and (2 << level) <= target and start + (2 << level) <= groups):
+            level += 1
+        lo, hi = start, start + (1 << level)
+        if any(lo <= g < hi for g in filled):
+            out.append((level, start >> level))
+        start = hi
+    return out

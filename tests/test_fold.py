@@ -9,7 +9,7 @@ import pytest
 from fedray.assembly import assemble
 from fedray.checkpoint import CHECKPOINT, read_checkpoint
 from fedray.federation import Federation
-from fedray.fold import Folder, Sum, add_sums, add_terms, fold_groups
+from fedray.fold import Folder, Node, Sum, TreeFolder, TreeStack, add_sums, add_terms, blocks, combine, fold_groups
 from fedray.tracking import read_scalars
 from fedray.weights import weighted_mean
 from tests.test_runner import local_config
@@ -114,7 +114,7 @@ def test_a_folded_local_run_repeats_and_resumes_bit_for_bit_and_matches_per_clie
     def run(path, rounds, resume=False, fold=True):
         config = local_config(federation={"num_clients": 12, "clients_per_round": 8, "rounds": 3,
                                           "architectures": {"mlp": 6, "logreg": 6}},
-                              runtime={"backend": "local", "torch_threads": 1, "fold_groups": 3, "fold": fold})
+                              runtime={"backend": "local", "torch_threads": 1, "fold_groups": 4, "fold": fold})
         fed = Federation(assemble(config), path, resume=resume)
         while fed.round < rounds:
             fed.run_round()
@@ -136,3 +136,53 @@ def test_a_folded_local_run_repeats_and_resumes_bit_for_bit_and_matches_per_clie
             np.testing.assert_allclose(value, apart[arch][name], rtol=0, atol=1e-5)
     scalars = read_scalars(tmp_path / "a")
     assert "runtime/bytes_to_server" not in scalars  # nothing travels in-process
+
+
+def _tree(leaves, lo, hi):
+    """The fold tree's sum of groups [lo, hi) by its definition: left half plus right half."""
+    if hi - lo == 1:
+        return leaves.get(lo)
+    mid = (lo + hi) // 2
+    return combine(_tree(leaves, lo, mid), _tree(leaves, mid, hi))
+
+
+def _leaves(groups, filled, seed=0):
+    out = {}
+    for g, (c, x) in zip(sorted(filled), _clients(len(filled), seed)):
+        add_terms(out.setdefault(g, {}), "mlp", {"model": (c, x)})
+    return out
+
+
+def test_the_fold_tree_gives_the_same_bits_however_it_is_cut_into_blocks_and_whenever_they_arrive():
+    """A host sums an aligned block of fold groups (TreeStack), the server adds blocks to their
+    siblings (TreeFolder): for any cut into blocks (fedray.fold.blocks, for 1 to 16 hosts) and any
+    order of arrival, the sum is the tree's by definition, to the last bit."""
+    groups, filled = 64, {g for g in range(64) if g % 5 != 3}  # some groups without clients
+    expected = _tree(_leaves(groups, filled), 0, groups)["mlp"]["model"].value()["w"]
+    rng = np.random.default_rng(0)
+    cuts = set()
+    for parts in (1, 2, 4, 8, 32):
+        cut = blocks(filled, groups, parts)
+        cuts.add(tuple(cut))
+        leaves = _leaves(groups, filled)
+        sums = {}
+        for level, index in cut:  # each block on its own host
+            node = Node("", level, index)
+            stack = TreeStack(node)
+            for g in range(*node.span):
+                if g in leaves:
+                    stack.push(g, leaves[g])
+            sums[node] = stack.result()
+        folder = TreeFolder(groups, {"": filled})
+        nodes = list(sums)
+        for k in rng.permutation(len(nodes)):
+            folder.add(nodes[k], sums[nodes[k]])
+        np.testing.assert_array_equal(folder.result()["mlp"]["model"].value()["w"], expected)
+        assert not folder.waiting
+    assert len(cuts) == 5 and min(len(c) for c in cuts) == 1  # the cuts differ; one host: the root alone
+    first = blocks(set(range(64)), 64, 4)
+    assert first[0] == (4, 0) and first[-1] == (0, 63)  # large blocks first, single groups last
+    with pytest.raises(ValueError, match="not after"):
+        stack = TreeStack(Node("", 2, 1))
+        stack.push(5, {})
+        stack.push(4, {})
