@@ -10,17 +10,21 @@ travels per client is its :class:`fedray.messages.ClientUpdate` without the payl
 would have sent, its times and losses, whether it was finite.
 
 Exactness. Float addition is not associative, so a sum is only reproducible when the additions are
-made in the same order. The additions are grouped into *units* that depend on the config alone, not
-on which actor ran which client nor on the order the hosts answered:
+made in the same order. Their order depends on the config alone, not on which actor ran which
+client nor on the order the hosts answered:
 
-- a unit's clients are folded on one host, in client-id order, each term made ``c * x`` in float64
-  (the first term starts the sum: no ``0 + c * x``, which would turn -0.0 into 0.0);
-- the server adds the units' sums in unit order, however they arrive (an early one waits).
+- the clients of one *fold group* (``runtime.fold_groups`` contiguous blocks of the sorted client
+  ids, :func:`fold_groups`) are folded on one host in client-id order, each term made ``c * x`` in
+  float64 (the first term starts the sum: no ``0 + c * x``, which would turn -0.0 into 0.0);
+- the groups' sums are added pairwise in a fixed binary tree (:class:`Node`): a node's sum is its
+  left child's plus its right child's, wherever it is made. A host that ran an aligned block of
+  groups (:func:`blocks`) adds them up to the block's node (:class:`TreeStack`) and sends that one
+  sum; the server adds each block to its sibling once both are in (:class:`TreeFolder`).
 
-Units are the fold groups of :func:`fold_groups` (``runtime.fold_groups`` contiguous blocks of the
-client ids) when any actor may run any client; where the clients stay on their home actors
-(stateful methods, ``clients_per_actor`` set, cohorts) one unit per actor, which makes the rounding
-depend on that layout, as the layout already decides the homes and the cohorts.
+That is the rule wherever any actor may run any client. Where the clients stay on their home actors
+(stateful methods, ``clients_per_actor`` set, cohorts) each actor's batch is one unit and the
+server adds the units in actor order (:class:`Folder`), which makes the rounding depend on that
+layout, as the layout already decides the homes and the cohorts.
 
 Against summing the clients one by one, as the server did before: both accumulate in float64 and
 round once to the tensor's dtype, so they differ by at most one unit in the last place of the
