@@ -248,15 +248,17 @@ def test_hosts_fold_within_the_float64_bound_and_the_server_folds_whole_uploads_
 
 
 @pytest.mark.parametrize("method", ["feddf", "fedbe", "cfd"])
-def test_a_folded_run_is_the_per_client_run_when_each_client_is_a_fold_unit(tmp_path, method):
-    """Fewer clients than ``runtime.fold_groups``: each is its own unit, and the server adds the
-    units in client-id order, as it adds whole uploads with ``runtime.fold: false``: the same bits.
-    The folded run's server never sees an upload."""
+def test_a_folded_run_of_two_clients_a_round_is_the_per_client_run(tmp_path, method):
+    """Two clients a round: the hosts' fold tree makes the one addition the server makes folding
+    whole uploads (``runtime.fold: false``), so the runs are the same to the last bit (with more
+    clients the orders differ, within the float64 bound: see the test above). The folded run's
+    server never sees an upload."""
     def refuse(round, updates):
         raise AssertionError("a folded round reached Strategy.aggregate")
 
-    apart, whole = run(config(FOLDING[method], 2, runtime={"fold": False}), tmp_path / "apart")
-    fed = Federation(assemble(config(FOLDING[method], 2)), tmp_path / "folded")
+    two = {"federation": {"clients_per_round": 2}}
+    apart, whole = run(config(FOLDING[method], 2, runtime={"fold": False}, **two), tmp_path / "apart")
+    fed = Federation(assemble(config(FOLDING[method], 2, **two)), tmp_path / "folded")
     fed.strategy.aggregate = refuse
     folded = [fed.run_round().metrics for _ in range(2)]
     assert_same_models(apart.strategy.models, fed.strategy.models)

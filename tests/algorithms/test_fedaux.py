@@ -146,12 +146,13 @@ def test_clients_keep_the_servers_scores_and_their_hosts_fold_the_weighted_ensem
     assert {"distill/ensemble_accuracy", "distill/weighted_ensemble_accuracy"} <= metrics.keys()
 
 
-def test_a_folded_fedaux_run_is_the_per_client_run(tmp_path):
-    """Fewer clients than fold groups: the hosts' sums are the server's to the bit (see
-    tests/algorithms/test_distillation.py), here with the certainty weights."""
+def test_a_folded_fedaux_run_of_two_clients_a_round_is_the_per_client_run(tmp_path):
+    """Two clients a round: the hosts' sums are the server's to the bit (see
+    tests/algorithms/test_distillation.py), here with the clients' certainty weights."""
     algorithm = {"name": "fedaux", "eps": 10.0, "distill": {"steps": 3, "lr": 1e-3}}
-    folded, a = run(config(tmp_path, algorithm), tmp_path / "folded")
-    apart, b = run(config(tmp_path, algorithm, runtime={"fold": False}), tmp_path / "apart")
+    two = {"federation": {"clients_per_round": 2}}
+    folded, a = run(config(tmp_path, algorithm, **two), tmp_path / "folded")
+    apart, b = run(config(tmp_path, algorithm, runtime={"fold": False}, **two), tmp_path / "apart")
     for arch in folded.strategy.models:
         for name, value in folded.strategy.models[arch].items():
             np.testing.assert_array_equal(value, apart.strategy.models[arch][name], err_msg=f"{arch}.{name}")

@@ -9,7 +9,7 @@ from dataclasses import replace
 
 import numpy as np
 
-from fedray.fold import Folder, Sums, add_terms, fold_groups
+from fedray.fold import Node, Sums, TreeStack, add_terms, fold_groups
 
 
 def a_round(fed):
@@ -23,17 +23,19 @@ def a_round(fed):
 
 
 def fold(terms, groups: int) -> Sums:
-    """``terms`` folded in ``groups`` units (contiguous blocks of the sorted ids, client-id order
-    inside), the units' sums handed to the server last first (it adds them in unit order)."""
-    unit = fold_groups(terms, groups)
+    """``terms`` folded as a host folds a round: ``groups`` fold groups (a power of two; contiguous
+    blocks of the sorted ids), each summed in client-id order, the groups' sums added pairwise in
+    the fold tree (``fedray.fold.TreeStack``). One group is one sum in client-id order, as the
+    server folds whole uploads (``FedDF.aggregate``, ``FD.aggregate``)."""
+    group = fold_groups(terms, groups)
+    tree = TreeStack(Node("", groups.bit_length() - 1, 0))
     parts: dict[int, Sums] = {}
     for cid in sorted(terms):
         arch, named = terms[cid]
-        add_terms(parts.setdefault(unit[cid], {}), arch, named)
-    folder = Folder(sorted(parts))
-    for key in sorted(parts, reverse=True):
-        folder.add(key, parts[key])
-    return folder.result()
+        add_terms(parts.setdefault(group[cid], {}), arch, named)
+    for g in sorted(parts):
+        tree.push(g, parts[g])
+    return tree.result()
 
 
 def _leaves(tree) -> dict[str, np.ndarray]:
@@ -73,17 +75,17 @@ def assert_same_sums(one: Sums, other: Sums) -> None:
 
 
 def check_folding(fed, kept=("models",)) -> None:
-    """The method folds; a round's terms folded in one unit, in two, and in two again: the splits
+    """The method folds; a round's terms folded in one group, in four, and in four again: the splits
     within the float64 bound of each other, the same split the same bits; and the server's fold of
-    the whole uploads (``strategy.aggregate``) is the hosts' one-unit fold: aggregating either gives
+    the whole uploads (``strategy.aggregate``) is the hosts' one-group fold: aggregating either gives
     the same models (``kept``: the strategy attributes compared) and metrics, bit for bit."""
     s = fed.strategy
     assert s.folds
     updates, terms = a_round(fed)
-    assert len({unit for unit in fold_groups(terms, 2).values()}) == 2
-    one, two = fold(terms, 1), fold(terms, 2)
-    assert_within_float64_bound(terms, one, two)
-    assert_same_sums(two, fold(terms, 2))
+    assert len(set(fold_groups(terms, 4).values())) >= 3  # the tree adds in another order than one by one
+    one, four = fold(terms, 1), fold(terms, 4)
+    assert_within_float64_bound(terms, one, four)
+    assert_same_sums(four, fold(terms, 4))
     fed.round += 1
     before = copy.deepcopy(s.state_dict())
     whole = s.aggregate(fed.round, updates)
