@@ -215,10 +215,10 @@ def _floor_train(model, x, y, tr, seed: int) -> None:
 
 def _floor_worker(conn, config) -> None:
     """A worker process of the floor side (one torch thread). It receives the training set once (a
-    tensor in shared memory: one copy for all workers), the split and the model shapes, says it is
-    ready, then for each round ``(round, global states, its client ids)``: it trains those clients one after another and
-    sends back, per architecture, the float64 sum of their trained weights and their count. ``None``
-    ends it."""
+    tensor in shared memory: one copy for all workers), the split and the model shapes, and says it
+    is ready; then for each round ``(round, global states, its client ids)`` it trains those clients
+    one after another and sends back, per architecture, the float64 sum of their trained weights and
+    their count. ``None`` ends it."""
     import torch
 
     from fedray.algorithms.base import task_seed
@@ -243,7 +243,7 @@ def _floor_worker(conn, config) -> None:
             acc = sums.setdefault(archs[cid], {k: torch.zeros_like(v, dtype=torch.float64)
                                                for k, v in model.state_dict().items()})
             for k, v in model.state_dict().items():
-                acc[k] += v.detach().double()
+                acc[k].add_(v.detach())  # float32 into float64 in place: the plain loop's sum, no temporary
             counts[archs[cid]] = counts.get(archs[cid], 0) + 1
         conn.send((sums, counts))
 
@@ -258,25 +258,29 @@ def run_floor(config) -> dict:
     worker the global models and a round-robin share of the round's sorted sampled clients (worker
     w of W gets clients w, w + W, ...: a static split, which also mixes the architectures); each
     worker folds its clients into one float64 running sum per architecture, and the parent adds the
-    workers' partials and divides. CPU only."""
-    import torch
-    import torch.multiprocessing as mp  # its pickler passes shared tensors as handles, not bytes
-
-    from fedray.algorithms.base import round_rng
-    from fedray.data import load_dataset, partition
-    from fedray.models import create_model
+    workers' partials and divides. Tensors travel through shared memory (torch's pickler), so a round
+    moves handles, not weights. CPU only."""
+    import multiprocessing as mp
 
     fed = config.federation
-    ctx = mp.get_context("spawn")  # no fork of a process that has imported torch
+    ctx = mp.get_context("spawn")  # a fresh interpreter each: no fork of a process with torch's threads
     workers = []
     for _ in range(os.cpu_count() or 1):
         conn, child_conn = ctx.Pipe()
         proc = ctx.Process(target=_floor_worker, args=(child_conn, config), daemon=True)
         proc.start()
         workers.append((proc, conn))
+    # imported once the workers are on their way, so that their start overlaps this one; importing torch
+    # also teaches multiprocessing's pickler to pass shared tensors as handles rather than bytes
+    import torch
+
+    from fedray.algorithms.base import round_rng
+    from fedray.data import load_dataset, partition
+    from fedray.models import create_model
+
     data = load_dataset(config.data.dataset, config.data.root)
     splits = [torch.from_numpy(s) for s in partition(data.train_y, fed.num_clients, "iid", config.data.seed)]
-    x_all = torch.from_numpy(data.train_x).share_memory_()  # a copy in shared memory; the array goes
+    x_all = torch.from_numpy(data.train_x).share_memory_()  # a copy in shared memory; the array goes with data
     y_all = torch.from_numpy(data.train_y).share_memory_()
     tx, ty = torch.from_numpy(data.test_x), torch.from_numpy(data.test_y)
     input_shape, num_classes = data.input_shape, data.num_classes
@@ -288,7 +292,7 @@ def run_floor(config) -> dict:
         torch.manual_seed(config.seed)
         models[arch] = create_model(arch, input_shape, num_classes)
         global_states[arch] = {k: v.clone() for k, v in models[arch].state_dict().items()}
-    for _, conn in workers:  # the rounds are timed from here, as the plain loop's after its set-up
+    for _, conn in workers:  # the rounds are timed once all are set up, as the plain loop's after its set-up
         assert conn.recv() == "ready"
     round_s = []
     for rnd in range(1, fed.rounds + 1):
