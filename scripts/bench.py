@@ -238,8 +238,8 @@ def _floor_worker(conn, config) -> None:
             model = models[archs[cid]]
             model.load_state_dict(global_states[archs[cid]])
             # a client's samples are gathered when it trains: no second copy of the data as shards
-            _floor_train(model, x_all[splits[cid]], y_all[splits[cid]], config.training,
-                         task_seed(config.seed, rnd, cid))
+            idx = torch.from_numpy(splits[cid])
+            _floor_train(model, x_all[idx], y_all[idx], config.training, task_seed(config.seed, rnd, cid))
             acc = sums.setdefault(archs[cid], {k: torch.zeros_like(v, dtype=torch.float64)
                                                for k, v in model.state_dict().items()})
             for k, v in model.state_dict().items():
@@ -279,7 +279,8 @@ def run_floor(config) -> dict:
     from fedray.models import create_model
 
     data = load_dataset(config.data.dataset, config.data.root)
-    splits = [torch.from_numpy(s) for s in partition(data.train_y, fed.num_clients, "iid", config.data.seed)]
+    # index arrays stay numpy: as tensors, each would travel as a shared-memory segment of its own
+    splits = partition(data.train_y, fed.num_clients, "iid", config.data.seed)
     x_all = torch.from_numpy(data.train_x).share_memory_()  # a copy in shared memory; the array goes with data
     y_all = torch.from_numpy(data.train_y).share_memory_()
     tx, ty = torch.from_numpy(data.test_x), torch.from_numpy(data.test_y)
@@ -315,9 +316,8 @@ def run_floor(config) -> dict:
         for arch, acc in sums.items():
             global_states[arch] = {k: (acc[k] / counts[arch]).to(v.dtype) for k, v in global_states[arch].items()}
         round_s.append(time.perf_counter() - start)
-    for proc, conn in workers:
-        conn.send(None)
-        proc.join()
+    for _, conn in workers:
+        conn.send(None)  # the workers exit while this process evaluates
     accuracy = 0.0
     for arch, model in models.items():
         model.load_state_dict(global_states[arch])
@@ -328,6 +328,8 @@ def run_floor(config) -> dict:
                 batch = slice(first, first + fed.eval_batch_size)
                 correct += int((model(tx[batch]).argmax(1) == ty[batch]).sum())
         accuracy += fed.architectures[arch] / fed.num_clients * correct / len(ty)
+    for proc, _ in workers:
+        proc.join()
     return {"accuracy": accuracy, "round_s": round_s, "workers": len(workers)}
 
 
