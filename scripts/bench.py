@@ -26,8 +26,8 @@ The default is ``--only w1,w2,k1000,scale``. Each workload is run three ways:
 All three use the same split, the same clients each round, the same per-client batch order and the
 same initial models, so they perform the same SGD steps (the last bits of a step differ between the
 plain loop's 2 torch threads and a worker's or an actor's 1, so the final accuracies agree to about
-0.001). fedray's ratios are given against the floor first (the cost of the framework over the best
-one can do by hand on these cores) and against the plain loop beside them. Each side is one command in
+0.001). fedray's ratios are given against the floor first (the cost of the framework over a careful
+hand-written use of these cores) and against the plain loop beside them. Each side is one command in
 its own process. Wall time runs from starting the command to its exit (interpreter start, imports,
 worker starts, ``ray.init`` and every actor's start included). Peak memory is the peak of the summed
 proportional set size (PSS) of the command's process and all its descendants (for the floor: the
