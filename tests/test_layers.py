@@ -14,7 +14,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 
 # what the Ray backend may use of the core: the seams a backend is built on
-SEAMS = {"fedray.assembly", "fedray.backends", "fedray.clients", "fedray.config", "fedray.executor",
+SEAMS = {"fedray.assembly", "fedray.backends", "fedray.clients", "fedray.config", "fedray.executor", "fedray.fold",
          "fedray.method", "fedray.federation", "fedray.messages", "fedray.observers", "fedray.parameter_tree",
          "fedray.runner", "fedray.weights"}
 HARNESS = ("fedray.repro",)  # the reproduction scripts' harness sits on top of the core
