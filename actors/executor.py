@@ -263,7 +263,10 @@ class RayExecutor(Executor):
             for name, grouped in of_block.items():
                 kind = self._kind(grouped[0][1])
                 parts = self.QUEUED * max(1, sum(1 for slot in self.slots if slot.arch == kind))
-                for level, index in blocks(filled[name], self.fold_groups, parts):
+                work: dict[int, float] = {}
+                for group, task in grouped:
+                    work[group] = work.get(group, 0.0) + self.sizes[task.client_id]
+                for level, index in blocks(work, self.fold_groups, parts):
                     node = Node(name, level, index)
                     lo, hi = node.span
                     todo.setdefault(kind, []).append((node, [t for g, t in grouped if lo <= g < hi]))

@@ -311,18 +311,21 @@ class TreeFolder:
         return total
 
 
-def blocks(filled: set[int], groups: int, parts: int) -> list[tuple[int, int]]:
-    """The fold tree's aligned blocks (level, index) that cover the groups with clients, in group
-    order, each about 1/``parts`` of the groups left (guided self-scheduling: large blocks first,
-    single groups last, so the hosts finish together); a block without clients is skipped."""
+def blocks(work: dict[int, float], groups: int, parts: int) -> list[tuple[int, int]]:
+    """The fold tree's aligned blocks (level, index) that cover the groups with clients (``work``:
+    each such group's work, e.g. its clients' samples), in group order, each holding about
+    1/``parts`` of the work left (guided self-scheduling: large blocks first, single groups last,
+    so the hosts finish together); a block without clients is skipped."""
+    prefix = np.concatenate([[0.0], np.cumsum([work.get(g, 0.0) for g in range(groups)])])
     out, start = [], 0
     while start < groups:
-        target = max(1, (groups - start) // parts)
+        target = (prefix[-1] - prefix[start]) / parts
         level = 0
-        while (start % (2 << level) == 0 and (2 << level) <= target and start + (2 << level) <= groups):
+        while (start % (2 << level) == 0 and start + (2 << level) <= groups
+               and prefix[start + (2 << level)] - prefix[start] <= target):
             level += 1
-        lo, hi = start, start + (1 << level)
-        if any(lo <= g < hi for g in filled):
+        stop = start + (1 << level)
+        if prefix[stop] > prefix[start]:
             out.append((level, start >> level))
-        start = hi
+        start = stop
     return out

@@ -162,7 +162,7 @@ def test_the_fold_tree_gives_the_same_bits_however_it_is_cut_into_blocks_and_whe
     rng = np.random.default_rng(0)
     cuts = set()
     for parts in (1, 2, 4, 8, 32):
-        cut = blocks(filled, groups, parts)
+        cut = blocks({g: 1.0 + g % 3 for g in filled}, groups, parts)
         cuts.add(tuple(cut))
         leaves = _leaves(groups, filled)
         sums = {}
@@ -180,8 +180,14 @@ def test_the_fold_tree_gives_the_same_bits_however_it_is_cut_into_blocks_and_whe
         np.testing.assert_array_equal(folder.result()["mlp"]["model"].value()["w"], expected)
         assert not folder.waiting
     assert len(cuts) == 5 and min(len(c) for c in cuts) == 1  # the cuts differ; one host: the root alone
-    first = blocks(set(range(64)), 64, 4)
+    first = blocks(dict.fromkeys(range(64), 1.0), 64, 4)
     assert first[0] == (4, 0) and first[-1] == (0, 63)  # large blocks first, single groups last
+    # by work, not by groups: ten clients in a tree of 64 groups go out in blocks of one or two
+    # clients, not in a first block of 16 groups holding whichever clients fell there
+    few = {3: 1.0, 5: 1.0, 6: 1.0, 20: 1.0, 22: 1.0, 40: 1.0, 41: 1.0, 50: 1.0, 60: 1.0, 63: 1.0}
+    cut = blocks(few, 64, 4)
+    held = [sum(few.get(g, 0) for g in range(index << level, (index + 1) << level)) for level, index in cut]
+    assert max(held) <= 2 and sum(held) == 10 and held[-3:] == [1, 1, 1]
     with pytest.raises(ValueError, match="not after"):
         stack = TreeStack(Node("", 2, 1))
         stack.push(5, {})
