@@ -181,10 +181,17 @@ def run_plain(config, device: str = "cpu") -> dict:
         if device != "cpu":
             torch.cuda.synchronize()
         round_s.append(time.perf_counter() - start)
-    accuracy = 0.0
     tx, ty = torch.from_numpy(data.test_x).to(device), torch.from_numpy(data.test_y).to(device)
+    return {"accuracy": accuracy_of(models, global_states, fed, tx, ty), "round_s": round_s}
+
+
+def accuracy_of(models: dict, states: dict, fed, tx, ty) -> float:
+    """The global models' test accuracy, each architecture weighted by its share of the clients."""
+    import torch
+
+    accuracy = 0.0
     for arch, model in models.items():
-        model.load_state_dict(global_states[arch])
+        model.load_state_dict(states[arch])
         model.eval()
         correct = 0
         with torch.inference_mode():
@@ -192,7 +199,7 @@ def run_plain(config, device: str = "cpu") -> dict:
                 batch = slice(first, first + fed.eval_batch_size)
                 correct += int((model(tx[batch]).argmax(1) == ty[batch]).sum())
         accuracy += fed.architectures[arch] / fed.num_clients * correct / len(ty)
-    return {"accuracy": accuracy, "round_s": round_s}
+    return accuracy
 
 
 def _floor_train(model, x, y, tr, seed: int) -> None:
@@ -318,16 +325,7 @@ def run_floor(config) -> dict:
         round_s.append(time.perf_counter() - start)
     for _, conn in workers:
         conn.send(None)  # the workers exit while this process evaluates
-    accuracy = 0.0
-    for arch, model in models.items():
-        model.load_state_dict(global_states[arch])
-        model.eval()
-        correct = 0
-        with torch.inference_mode():
-            for first in range(0, len(tx), fed.eval_batch_size):
-                batch = slice(first, first + fed.eval_batch_size)
-                correct += int((model(tx[batch]).argmax(1) == ty[batch]).sum())
-        accuracy += fed.architectures[arch] / fed.num_clients * correct / len(ty)
+    accuracy = accuracy_of(models, global_states, fed, tx, ty)
     for proc, _ in workers:
         proc.join()
     return {"accuracy": accuracy, "round_s": round_s, "workers": len(workers)}
