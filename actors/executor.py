@@ -249,8 +249,7 @@ class RayExecutor(Executor):
         1 / (QUEUED x actors) of the tasks left (guided self-scheduling): large batches while much
         is left, single tasks at the end, so the actors finish together. Folding (``filled``: per
         kind, the fold groups with clients), a batch is a block of the fold tree
-        (``fedray.fold.blocks``), sized alike, in group order, so that a host sends one sum per block
-        and the server's sums that wait for a sibling are few."""
+        (``fedray.fold.blocks``: sized alike, largest first), so that a host sends one sum per block."""
         todo: dict[Any, list] = {}
         if filled is None:
             for task in sorted(tasks, key=lambda t: -self.sizes[t.client_id]):

@@ -313,10 +313,14 @@ class TreeFolder:
 
 def blocks(work: dict[int, float], groups: int, parts: int) -> list[tuple[int, int]]:
     """The fold tree's aligned blocks (level, index) that cover the groups with clients (``work``:
-    each such group's work, e.g. its clients' samples), in group order, each holding about
-    1/``parts`` of the work left (guided self-scheduling: large blocks first, single groups last,
-    so the hosts finish together); a block without clients is skipped."""
+    each such group's work, e.g. its clients' samples), each holding about 1/``parts`` of the work
+    left (guided self-scheduling, so that the hosts finish together), largest first and in group
+    order among equals (so that few sums wait for a sibling in the server); a block without
+    clients is skipped. Largest first, not in group order: a fold group is never split, and one of
+    two clients handed out last ends the round on one host while the others wait (0.9 s in a round
+    of W1's, 10 clients of 0.9 s on 2 hosts, where 100 clients fill 64 groups)."""
     prefix = np.concatenate([[0.0], np.cumsum([work.get(g, 0.0) for g in range(groups)])])
+    held: list[float] = []
     out, start = [], 0
     while start < groups:
         target = (prefix[-1] - prefix[start]) / parts
@@ -327,5 +331,6 @@ def blocks(work: dict[int, float], groups: int, parts: int) -> list[tuple[int, i
         stop = start + (1 << level)
         if prefix[stop] > prefix[start]:
             out.append((level, start >> level))
+            held.append(prefix[stop] - prefix[start])
         start = stop
-    return out
+    return [out[i] for i in sorted(range(len(out)), key=lambda i: -held[i])]  # stable: group order among equals

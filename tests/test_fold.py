@@ -188,6 +188,13 @@ def test_the_fold_tree_gives_the_same_bits_however_it_is_cut_into_blocks_and_whe
     cut = blocks(few, 64, 4)
     held = [sum(few.get(g, 0) for g in range(index << level, (index + 1) << level)) for level, index in cut]
     assert max(held) <= 2 and sum(held) == 10 and held[-3:] == [1, 1, 1]
+    # largest first, not in group order: the last group holds two clients (100 clients fill 64
+    # groups) and goes out second, not last, where it would end the round on one host alone
+    late = {**dict.fromkeys((3, 9, 20, 33, 40, 47, 55), 1.0), 62: 2.0}
+    cut = blocks(late, 64, 4)
+    held = [sum(late.get(g, 0) for g in range(index << level, (index + 1) << level)) for level, index in cut]
+    assert cut == [(4, 0), (0, 62), (4, 1), (3, 4), (2, 10), (2, 11), (0, 55)]  # group order among equals
+    assert held == [2, 2, 1, 1, 1, 1, 1]
     with pytest.raises(ValueError, match="not after"):
         stack = TreeStack(Node("", 2, 1))
         stack.push(5, {})
