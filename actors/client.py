@@ -24,7 +24,7 @@ from fedray.config import Config
 def release_free_memory() -> None:
     """Return the C heap's free pages to the system (glibc's ``malloc_trim``; elsewhere nothing).
     A round's transient buffers (updates, evaluation batches) otherwise stay resident between rounds:
-    26-60 MB per round in W1's server."""
+    26-60 MB per round in W1's server. Hosts call it once a round (``HostActor._new_round``)."""
     try:
         ctypes.CDLL("libc.so.6").malloc_trim(0)
     except (OSError, AttributeError):
@@ -68,17 +68,25 @@ class HostActor:
 
     @host_method
     def run_batch(self, tasks, keys, *payloads):
-        try:
-            return self._host().run_batch(tasks, keys, *payloads)
-        finally:
-            release_free_memory()
+        self._new_round(tasks)
+        return self._host().run_batch(tasks, keys, *payloads)
 
     @host_method
     def fold_batch(self, tasks, units, keys, *payloads):
-        try:
-            return self._host().fold_batch(tasks, units, keys, *payloads)
-        finally:
+        self._new_round(tasks)
+        return self._host().fold_batch(tasks, units, keys, *payloads)
+
+    _round = None
+
+    def _new_round(self, tasks) -> None:
+        """Before the first batch of a round, give back what the last round left free
+        (``release_free_memory``): once a round, not after every batch, since the next batch would
+        take those pages again, each one a page fault (W1's rounds, 10 batches of one client on 2
+        hosts, took 5.3-5.5 s trimming after each batch and 4.6 s trimming once, for 40 MB more at
+        the peak)."""
+        if tasks and tasks[0].round != self._round:
             release_free_memory()
+            self._round = tasks[0].round
 
     @host_method
     def prepare_batch(self, tasks, keys, *payloads):

@@ -164,7 +164,7 @@ def reuse_freed_memory() -> None:
     them back to the system (``mallopt``). A cohort's step allocates its stacked gradients anew,
     tens of MB each; mapped fresh from the system every step, their pages fault and are zeroed again
     (15% of an MLP cohort's time on 2 cores). Actors give free memory back after each round
-    (``actors.client.release_free_memory``). Elsewhere than glibc, nothing."""
+    (``actors.client.release_free_memory``, once a round). Elsewhere than glibc, nothing."""
     try:
         libc = ctypes.CDLL("libc.so.6")
         libc.mallopt(-3, 32 << 20)  # M_MMAP_THRESHOLD: the most glibc allows on 64 bits
