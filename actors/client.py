@@ -82,7 +82,7 @@ class HostActor:
         """Before the first batch of a round, give back what the last round left free
         (``release_free_memory``): once a round, not after every batch, since the next batch would
         take those pages again, each one a page fault (W1's rounds, 10 batches of one client on 2
-        hosts, took 5.3-5.5 s trimming after each batch and 4.6 s trimming once, for 40 MB more at
+        hosts, took 5.3-5.5 s trimming after each batch and 4.6 s not trimming, for 40 MB more at
         the peak)."""
         if tasks and tasks[0].round != self._round:
             release_free_memory()
