@@ -46,18 +46,21 @@ def connect(runtime: RuntimeConfig) -> bool:
 
     A local Ray is started lean (``lean_head``): with the log monitor only when the actors' output
     is wanted on the console (``runtime.actor_output``), and as ``ray.init`` starts it when the
-    dashboard is (``runtime.dashboard``). A cluster that does not answer within seconds is a
+    dashboard is (``runtime.dashboard``). ``runtime.runtime_env`` (e.g. ``py_modules``) goes to
+    ``ray.init``, so that every node can import the config's own code. A cluster that does not
+    answer within seconds is a
     ConfigError (``actors.preflight.probe_ray``), not minutes of ``ray.init`` retrying, and so is
     an address where something else answers.
     """
     if ray.is_initialized():
         return False
     quiet_worker_deaths()
+    env = {"runtime_env": runtime.runtime_env} if runtime.runtime_env else {}  # the user's code on every node
     address, key = ray_address(runtime)
     if address:
         probe_ray(address, key)
         try:
-            ray.init(address=address, logging_level="ERROR")
+            ray.init(address=address, logging_level="ERROR", **env)
         except ConnectionError:  # something answered, but not Ray
             raise no_cluster(address, key) from None
         return False
@@ -65,7 +68,7 @@ def connect(runtime: RuntimeConfig) -> bool:
         # "local": a Ray of its own, where a plain ray.init() would join the last Ray started on
         # this machine (Ray's ``ray_current_cluster`` file), someone else's, or a dead one's address
         ray.init(address="local", num_cpus=runtime.num_cpus, num_gpus=runtime.num_gpus, include_dashboard=runtime.dashboard,
-                 logging_level="ERROR")
+                 logging_level="ERROR", **env)
     return True
 
 

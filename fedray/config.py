@@ -260,6 +260,11 @@ class RuntimeConfig(_Section):
     actor_output: bool = Field(
         False, description="copy the actors' stdout and stderr to the console (Ray's log monitor, about 50 MB); "
                            "else they stay in the session's log files under /tmp/ray")
+    runtime_env: Optional[dict[str, Any]] = Field(
+        None, description="Ray's runtime environment for the run's actors when fedray starts or joins Ray, e.g. "
+                          "{py_modules: [my_pkg]} or {working_dir: .} so that a cluster's nodes can import the "
+                          "config's own methods, models and data sets (not needed on one machine, nor under "
+                          "ray job submit --working-dir)")
     server_hosts_clients: Union[Literal["auto"], bool] = Field(
         "auto", description="the server actor also hosts clients, in place of one client actor (one torch process "
                             "less); it then asks for max(server_cpus, actor_cpus) CPUs. auto: when no GPU share is "
@@ -362,6 +367,9 @@ class Config(_Section):
     pretrain: PretrainConfig = Field(default_factory=PretrainConfig)
     algorithm: AlgorithmConfig = Field(default_factory=AlgorithmConfig)
     runtime: RuntimeConfig = Field(default_factory=RuntimeConfig)
+    observers: list[str] = Field(
+        default_factory=list, description="the user's observers of the round loop by import path "
+                                          "(package.module:Class, an Observer subclass made with no arguments)")
 
     @field_validator("name")
     @classmethod

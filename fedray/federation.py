@@ -23,6 +23,7 @@ from fedray.config import save_config
 from fedray.data.shifts import apply_group
 from fedray.messages import RoundPlan, RoundResult
 from fedray.observers import ByteCounter, Checkpointer, DivergenceGuard, Observer, Step, TensorBoardLog
+from fedray.plugins import load_observers
 from fedray.training import evaluate
 from fedray.weights import Weights, set_weights
 
@@ -35,7 +36,8 @@ class Federation:
         run_dir: folder for event files, ``config.yaml``, ``checkpoint.pkl`` and ``result.json``.
         resume: continue from ``run_dir/checkpoint.pkl`` instead of starting at round 1.
         checkpoints: False writes no checkpoint (reproduction grids, benchmarks); the run cannot be resumed.
-        observers: the user's own observers, called after fedray's (``fedray.observers``).
+        observers: the user's own observers, called after fedray's (``fedray.observers``), then
+            the config's (``observers:``, by import path).
     """
 
     def __init__(self, experiment: Experiment, run_dir: str | Path, resume: bool = False, checkpoints: bool = True,
@@ -46,7 +48,8 @@ class Federation:
         self.round = 0
         self.history: list[dict[str, float]] = []
         self.observers: list[Observer] = [DivergenceGuard(), ByteCounter(), TensorBoardLog(),
-                                          *([Checkpointer()] if checkpoints else []), *observers]
+                                          *([Checkpointer()] if checkpoints else []), *observers,
+                                          *load_observers(self.config)]
         self._eval_models: dict[str, torch.nn.Module] = {}
         self._test_sets: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
         checkpoint = self._read_checkpoint() if resume else None

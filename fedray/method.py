@@ -22,6 +22,7 @@ from fedray.config import Config, ConfigError, RuntimeConfig, format_error
 from fedray.data import dataset_names
 from fedray.models import model_names
 from fedray.models.registry import model_options
+from fedray.plugins import is_import_path, load_dataset_loader, load_model, load_observers, load_strategy
 from fedray.weights import Weights
 
 
@@ -34,7 +35,8 @@ class Method:
 
     @property
     def name(self) -> str:
-        return self.strategy.name
+        """``algorithm.name``: a built-in name, or a user's method's ``name`` (else its import path)."""
+        return getattr(self.strategy, "name", "") or f"{self.strategy.__module__}:{self.strategy.__qualname__}"
 
     @property
     def client(self) -> type[ClientAlgorithm]:
@@ -71,9 +73,13 @@ def resolve(config: Config) -> Method:
     bad method parameters, a config the method cannot run with (``Strategy.config_problem``, e.g. no
     auxiliary data for distillation), or unknown data sets/models."""
     name = config.algorithm.name
-    if name not in ALGORITHMS:
-        raise ConfigError(f"bad config value algorithm.name = {name!r}: valid algorithms are {', '.join(sorted(ALGORITHMS))}")
-    strategy = ALGORITHMS[name]
+    if is_import_path(name):
+        strategy = load_strategy(name)
+    elif name not in ALGORITHMS:
+        raise ConfigError(f"bad config value algorithm.name = {name!r}: valid algorithms are {', '.join(sorted(ALGORITHMS))} "
+                          f"(or a method of your own as package.module:Class)")
+    else:
+        strategy = ALGORITHMS[name]
     values = config.algorithm.model_dump(exclude={"name"})
     if "share" in values and not issubclass(strategy.Params, HeadSharingParams):  # a method takes share: head by its Params
         sharing = sorted(n for n, s in ALGORITHMS.items() if issubclass(s.Params, HeadSharingParams))
@@ -91,18 +97,25 @@ def resolve(config: Config) -> Method:
 
 def _check_names(config: Config) -> None:
     for key, name in (("data.dataset", config.data.dataset), ("aux.dataset", config.aux.dataset)):
-        if name is not None and name not in dataset_names():
-            raise ConfigError(f"bad config value {key} = {name!r}: valid data sets are {', '.join(dataset_names())}")
+        if is_import_path(name):
+            load_dataset_loader(name, key)
+        elif name is not None and name not in dataset_names():
+            raise ConfigError(f"bad config value {key} = {name!r}: valid data sets are {', '.join(dataset_names())} "
+                              f"(or a loader of your own as package.module:function)")
     for arch in config.federation.architectures:
-        if arch not in model_names():
+        if is_import_path(arch):
+            load_model(arch)
+        elif arch not in model_names():
             raise ConfigError(f"bad config value federation.architectures: unknown model {arch!r}; "
-                              f"valid models are {', '.join(model_names())}")
+                              f"valid models are {', '.join(model_names())} (or a model of your own as "
+                              f"package.module:Class)")
+    load_observers(config)
     for arch, options in config.federation.model_options.items():
         if arch not in config.federation.architectures:
             raise ConfigError(f"bad config value federation.model_options.{arch}: "
                               f"{arch!r} is not one of the run's architectures")
         valid = model_options(arch)
-        unknown = sorted(set(options) - set(valid))
+        unknown = sorted(set(options) - set(valid)) if valid is not None else []
         if unknown:
             raise ConfigError(f"bad config value federation.model_options.{arch}: unknown option(s) "
                               f"{', '.join(unknown)}; {arch} takes {', '.join(valid) or 'none'}")

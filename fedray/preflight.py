@@ -7,7 +7,8 @@ one :class:`ConfigError` line naming the key, the value and what to do.
 - the run folder: it can be made where it is asked for (nothing is created to find out), and a
   new run does not write into an old one;
 What a backend checks besides (for Ray: a cluster answers, the actors fit) is the backend's own
-``check`` (``fedray.backends``). This module imports neither torch nor Ray.
+``check`` (``fedray.backends``). This module imports neither torch nor Ray, unless the config names
+models of the user's (``fedray.plugins.check_models`` builds them once).
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from typing import Optional
 
 from fedray.checkpoint import CHECKPOINT
 from fedray.config import Config, ConfigError, _path_setting, shown
+from fedray.plugins import uses_plugins
 
 
 def check_data(config: Config) -> None:
@@ -29,6 +31,10 @@ def check_data(config: Config) -> None:
     if config.aux.size and config.aux.dataset is not None:
         aux_source(check_dataset, config.aux.dataset, config.aux.root, **config.aux.options)
     check_partition(config)
+    if uses_plugins(config):  # the config's own models: built once for the data (this imports torch)
+        from fedray.plugins import check_models
+
+        check_models(config)
 
 
 def training_samples(config: Config) -> tuple[int, str]:

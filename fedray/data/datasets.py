@@ -23,6 +23,7 @@ from types import MappingProxyType
 from typing import Any
 
 from fedray.data import synthetic, toy, vision
+from fedray.plugins import is_import_path
 from fedray.data.bundle import DatasetBundle, DatasetFormatError, DatasetNotFoundError
 
 __all__ = [
@@ -133,8 +134,23 @@ def dataset_names() -> list[str]:
     return sorted(DATASETS)
 
 
+def _custom(name: str) -> DatasetSource:
+    """A user's data set named by import path (``fedray.data.custom``)."""
+    from fedray.data import custom
+    from fedray.plugins import load_dataset_loader
+
+    loader = load_dataset_loader(name)
+    return DatasetSource(partial(custom.load_custom, name, loader),
+                         lambda root, **options: custom.check_options(name, loader, options),
+                         f"{name}, the user's", partial(custom.custom_size, name, loader))
+
+
 def _resolve(name: str, options: Mapping[str, Any]) -> DatasetSource:
     """Looks ``name`` up and rejects unknown options, each with a one-line ValueError."""
+    if is_import_path(name):
+        source = _custom(name)
+        source.check(default_data_root(), **options)
+        return source
     if name not in DATASETS:
         raise ValueError(f"unknown data set {name!r}; valid names: {', '.join(dataset_names())}")
     source = DATASETS[name]
@@ -172,7 +188,8 @@ def train_size(name: str, root: str | None = None, **options: Any) -> int:
         As :func:`check_dataset`, and DatasetFormatError for a file whose header is corrupt.
     """
     source = _resolve(name, options)
-    return source.size(root or default_data_root(), **{**source.options, **options})
+    defaults = {} if is_import_path(name) else source.options  # a user's loader fills in its own
+    return source.size(root or default_data_root(), **{**defaults, **options})
 
 
 def load_dataset(name: str, root: str | None = None, **options: Any) -> DatasetBundle:

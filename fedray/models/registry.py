@@ -8,6 +8,8 @@ from collections.abc import Callable
 from fedray.models.base import FedModel
 from fedray.models.mobile import MobileNetV2, ShuffleNetV2
 from fedray.models.resnet import ResNet8
+from fedray.models.wrap import build_wrapped
+from fedray.plugins import is_import_path, load_model
 from fedray.models.simple import MLP, FedAvgCNN, FedGenCNN, LeNet5, LogReg, LSTMClassifier, VGG11s
 
 MODELS: dict[str, Callable[..., FedModel]] = {
@@ -21,8 +23,15 @@ def model_names() -> list[str]:
     return sorted(MODELS)
 
 
-def model_options(name: str) -> list[str]:
-    """Names of the keyword options model ``name`` takes beyond input_shape and num_classes."""
+def model_options(name: str) -> list[str] | None:
+    """Names of the keyword options model ``name`` takes beyond input_shape and num_classes; None for
+    a model of the user's (an import path) that takes any keyword (``**kwargs``, as torchvision's do)."""
+    if is_import_path(name):
+        params = inspect.signature(load_model(name)).parameters
+        if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values()):
+            return None
+        return [p for p, v in params.items() if p not in ("self", "input_shape", "num_classes")
+                and v.kind in (inspect.Parameter.KEYWORD_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)]
     params = inspect.signature(MODELS[name]).parameters
     return [p for p in params if p not in ("self", "input_shape", "num_classes")]
 
@@ -43,6 +52,8 @@ def create_model(name: str, input_shape: tuple[int, ...], num_classes: int, **kw
         ValueError: One line, for an unknown name, an unknown option, or an input
             shape or option value the model cannot take.
     """
+    if is_import_path(name):
+        return build_wrapped(load_model(name), name, tuple(input_shape), num_classes, **kwargs)
     if name not in MODELS:
         raise ValueError(f"unknown model {name!r}; valid models: {', '.join(model_names())}")
     valid = model_options(name)

@@ -1,0 +1,186 @@
+"""A user's own methods, models, data sets and observers, named in a config by import path.
+
+Where a config takes a built-in name it also takes ``package.module:Attribute``:
+
+- ``algorithm.name: my_pkg.methods:MyStrategy``: a :class:`fedray.algorithms.Strategy` subclass
+  with its ``Params`` and ``Client`` (``fedray.method.resolve``);
+- an architecture in ``federation.architectures``: ``my_pkg.nets:MyNet``, a ``FedModel`` or any
+  ``torch.nn.Module`` class or function that takes ``num_classes`` (and ``input_shape`` when it
+  asks for it), e.g. ``torchvision.models:resnet18`` (``fedray.models.wrap``);
+- ``data.dataset`` / ``aux.dataset``: ``my_pkg.data:load``, a function returning the train and test
+  arrays (``fedray.data.custom``);
+- ``observers: [my_pkg.watch:MyObserver]``: :class:`fedray.observers.Observer` subclasses, made with
+  no arguments, called after fedray's own in the round loop.
+
+Each is imported where it is used (the driver checks it, the server and client actors use it), so
+the module must be importable there. Modules are looked up in the current folder first, as
+``python -m`` does (also under the ``fedray`` command); on one machine the actors import whatever
+the driver can (Ray gives its workers the driver's ``sys.path``), on a cluster through Ray's runtime environment
+(``ray job submit --working-dir .``, or ``runtime.runtime_env``; docs/extending.md). A module that
+is missing, an attribute that is not there, or an object of the wrong kind is one
+:class:`ConfigError` line naming the key, before anything is created.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+import re
+import sys
+from typing import Any, Callable, Optional
+
+from fedray.config import Config, ConfigError
+
+IMPORT_PATH = re.compile(r"^[A-Za-z_]\w*(\.[A-Za-z_]\w*)*:[A-Za-z_]\w*(\.[A-Za-z_]\w*)*$")
+
+
+def is_import_path(name: Optional[str]) -> bool:
+    """Whether a config's name is an import path (``module:attribute``) rather than a built-in name."""
+    return isinstance(name, str) and ":" in name
+
+
+def uses_plugins(config: Config) -> bool:
+    """Whether the config names any of the user's own code (which the driver then imports to check)."""
+    names = [config.algorithm.name, config.data.dataset, config.aux.dataset, *config.federation.architectures]
+    return any(is_import_path(n) for n in names) or bool(config.observers)
+
+
+def load(spec: str, key: str) -> Any:
+    """The object ``spec`` (``package.module:Attribute``, the attribute may be dotted) names.
+
+    Raises:
+        ConfigError: one line naming ``key``: a malformed path, a module that cannot be found or
+            fails to import (its error in short), or a missing attribute.
+    """
+    if not IMPORT_PATH.match(spec):
+        raise ConfigError(f"bad config value {key} = {spec!r}: an import path is written package.module:Attribute")
+    module_name, attribute = spec.split(":")
+    here = os.getcwd()
+    if here not in sys.path and "" not in sys.path:  # the ``fedray`` script's path starts at its own folder
+        sys.path.insert(0, here)
+    try:
+        obj = importlib.import_module(module_name)
+    except ModuleNotFoundError as err:
+        if err.name and (module_name == err.name or module_name.startswith(err.name + ".")):
+            raise ConfigError(f"bad config value {key} = {spec!r}: no module named {err.name!r} "
+                              f"(is its folder the current one, on PYTHONPATH, or installed?)") from None
+        raise ConfigError(f"bad config value {key} = {spec!r}: importing {module_name} failed: "
+                          f"{type(err).__name__}: {err}") from None
+    except Exception as err:  # noqa: BLE001 - whatever the user's module raises on import: one line
+        raise ConfigError(f"bad config value {key} = {spec!r}: importing {module_name} failed: "
+                          f"{type(err).__name__}: {_first_line(err)}") from None
+    for part in attribute.split("."):
+        if not hasattr(obj, part):
+            raise ConfigError(f"bad config value {key} = {spec!r}: module {module_name} "
+                              f"({getattr(sys.modules.get(module_name), '__file__', '?')}) has no {attribute!r}")
+        obj = getattr(obj, part)
+    return obj
+
+
+def _first_line(err: BaseException) -> str:
+    lines = str(err).strip().splitlines()
+    return lines[0] if lines else ""
+
+
+def load_strategy(spec: str) -> type:
+    """A user's method: a concrete Strategy subclass whose ``Params`` and ``Client`` are the right kinds."""
+    from pydantic import BaseModel
+
+    from fedray.algorithms.base import ClientAlgorithm, Strategy
+
+    key = "algorithm.name"
+    obj = load(spec, key)
+    if not (isinstance(obj, type) and issubclass(obj, Strategy)):
+        raise ConfigError(f"bad config value {key} = {spec!r}: {_kind(obj)} is not a fedray Strategy subclass "
+                          f"(fedray.algorithms.Strategy)")
+    if not (isinstance(obj.Params, type) and issubclass(obj.Params, BaseModel)):
+        raise ConfigError(f"bad config value {key} = {spec!r}: its Params must be a pydantic model "
+                          f"(a subclass of fedray.algorithms.Params), not {_kind(obj.Params)}")
+    if not (isinstance(obj.Client, type) and issubclass(obj.Client, ClientAlgorithm)):
+        raise ConfigError(f"bad config value {key} = {spec!r}: its Client must be a subclass of "
+                          f"fedray.algorithms.ClientAlgorithm, not {_kind(obj.Client)}")
+    implemented = any(name in vars(k) for k in obj.__mro__ if k is not Strategy
+                      for name in ("aggregate", "aggregate_sums"))
+    if not implemented:
+        raise ConfigError(f"bad config value {key} = {spec!r}: {obj.__name__} implements neither aggregate "
+                          f"nor aggregate_sums (docs/extending.md)")
+    return obj
+
+
+def load_model(spec: str, key: str = "federation.architectures") -> Callable[..., Any]:
+    """A user's model: a class or function (called to build one model per client and server)."""
+    obj = load(spec, key)
+    if isinstance(obj, type):
+        from torch import nn
+
+        if not issubclass(obj, nn.Module):
+            raise ConfigError(f"bad config value {key}: {spec!r} is {_kind(obj)}, not a torch.nn.Module class")
+    elif not callable(obj):
+        raise ConfigError(f"bad config value {key}: {spec!r} is {_kind(obj)}, not a model class or function")
+    return obj
+
+
+def check_models(config: Config) -> None:
+    """Build each of the config's own architectures once for the data's input shape and classes (the
+    data set is loaded to learn them): a function that fails or returns no model, or options it cannot
+    take, is one ConfigError line before anything is created. Built-in models need no such check here."""
+    archs = [a for a in config.federation.architectures if is_import_path(a)]
+    if not archs:
+        return
+    from fedray.data import load_dataset
+    from fedray.models import create_model
+
+    d = config.data
+    bundle = load_dataset(d.dataset, d.root, **d.options)
+    for arch in archs:
+        options = config.federation.model_options.get(arch, {})
+        try:
+            create_model(arch, bundle.input_shape, bundle.num_classes, **options)
+        except ConfigError:
+            raise
+        except Exception as err:  # noqa: BLE001 - whatever the user's model raises: one line
+            raise ConfigError(f"bad config value federation.architectures: model {arch!r} with options {options} "
+                              f"cannot be built for inputs of shape {tuple(bundle.input_shape)} and "
+                              f"{bundle.num_classes} classes: {type(err).__name__}: {_first_line(err)}") from None
+
+
+def load_dataset_loader(spec: str, key: str = "data.dataset") -> Callable[..., Any]:
+    """A user's data set: a function returning arrays, or a torch Dataset class (torchvision's)."""
+    obj = load(spec, key)
+    if isinstance(obj, type):
+        from torch.utils.data import Dataset
+
+        if not issubclass(obj, Dataset):
+            raise ConfigError(f"bad config value {key} = {spec!r}: {_kind(obj)} is neither a function that loads "
+                              f"a data set nor a torch Dataset class")
+    elif not callable(obj):
+        raise ConfigError(f"bad config value {key} = {spec!r}: {_kind(obj)} is not a function that loads a data set")
+    return obj
+
+
+def load_observers(config: Config) -> list:
+    """The config's ``observers``, each made with no arguments."""
+    from fedray.observers import Observer
+
+    made = []
+    for i, spec in enumerate(config.observers):
+        key = f"observers[{i}]"
+        obj = load(spec, key)
+        if not (isinstance(obj, type) and issubclass(obj, Observer)):
+            raise ConfigError(f"bad config value {key} = {spec!r}: {_kind(obj)} is not a subclass of "
+                              f"fedray.observers.Observer")
+        try:
+            made.append(obj())
+        except Exception as err:  # noqa: BLE001 - its constructor's error, in one line
+            raise ConfigError(f"bad config value {key} = {spec!r}: {obj.__name__}() failed: "
+                              f"{type(err).__name__}: {_first_line(err)}") from None
+    return made
+
+
+def _kind(obj: Any) -> str:
+    """``obj`` in a few words for an error line."""
+    if isinstance(obj, type):
+        return f"class {obj.__module__}.{obj.__qualname__}"
+    if callable(obj):
+        return f"{type(obj).__name__} {getattr(obj, '__qualname__', obj)!s}"
+    return f"a {type(obj).__name__}"
