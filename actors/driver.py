@@ -48,9 +48,8 @@ def connect(runtime: RuntimeConfig) -> bool:
     is wanted on the console (``runtime.actor_output``), and as ``ray.init`` starts it when the
     dashboard is (``runtime.dashboard``). ``runtime.runtime_env`` (e.g. ``py_modules``) goes to
     ``ray.init``, so that every node can import the config's own code. A cluster that does not
-    answer within seconds is a
-    ConfigError (``actors.preflight.probe_ray``), not minutes of ``ray.init`` retrying, and so is
-    an address where something else answers.
+    answer within seconds is a ConfigError (``actors.preflight.probe_ray``), not minutes of
+    ``ray.init`` retrying, and so is an address where something else answers.
     """
     if ray.is_initialized():
         return False
