@@ -11,6 +11,7 @@ from __future__ import annotations
 import functools
 import inspect
 import os
+import re
 import time
 from contextlib import ExitStack, contextmanager
 from pathlib import Path
@@ -26,7 +27,7 @@ from actors.client import HOST_GROUPS
 from actors.server import ServerActor
 from actors.preflight import check_placement, check_ray, no_cluster, probe_ray, ray_address
 from fedray.backends import Stepper
-from fedray.config import Config, RuntimeConfig
+from fedray.config import Config, ConfigError, RuntimeConfig
 from fedray.messages import one_line
 from fedray.runner import RemoteError
 
@@ -230,13 +231,27 @@ RAY = RayBackend()
 
 
 def unwrap(call: Callable[[], Any]) -> Any:
-    """``call()``, with Ray's errors turned into the original exception plus the remote traceback."""
+    """``call()``, with Ray's errors turned into the original exception plus the remote traceback; an
+    actor that could not import the config's own code (the user's module is not on that node) is a
+    ConfigError saying how to send it there."""
     try:
         return call()
     except RayTaskError as err:
-        raise RemoteError(task_cause(err), str(err)) from None
+        raise RemoteError(not_importable(err) or task_cause(err), str(err)) from None
     except RayActorError as err:
-        raise RemoteError(ServerActorDied(f"the server actor died: {one_line(err)}"), str(err)) from None
+        raise RemoteError(not_importable(err) or ServerActorDied(f"the server actor died: {one_line(err)}"),
+                          str(err)) from None
+
+
+def not_importable(err: BaseException) -> Optional[ConfigError]:
+    """The ConfigError for an actor that died unpickling the user's code: Ray reports it as a
+    ModuleNotFoundError deep in the actor's creation task."""
+    missing = re.search(r"ModuleNotFoundError: No module named '([^']+)'", str(err))
+    if missing is None:
+        return None
+    return ConfigError(f"the run's actors cannot import module {missing[1]!r}, which the config names: send it to "
+                       f"the cluster's nodes with runtime.runtime_env (e.g. {{py_modules: [{missing[1].split('.')[0]}]}}) "
+                       f"or ray job submit --working-dir (docs/extending.md, where your code runs)")
 
 
 def task_cause(err: BaseException) -> BaseException:
