@@ -256,6 +256,9 @@ class Strategy(ABC):
     Client: ClassVar[type[ClientAlgorithm]] = ClientAlgorithm
     pools_data: ClassVar[bool] = False
     state_attrs: ClassVar[tuple[str, ...]] = ("models",)
+    # what ``fedray methods`` shows (fedray.catalog): one line on what it does, and the paper it follows
+    description: ClassVar[str] = ""
+    paper: ClassVar[str] = ""
 
     def __init__(self, params: Params, ctx: ServerContext):
         self.params = params

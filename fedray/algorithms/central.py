@@ -12,5 +12,7 @@ from fedray.algorithms.fedavg import AveragingParams, FedAvg
 
 class Central(FedAvg):
     name = "central"
+    description = "Central: the pooled-data baseline, each architecture trained on all clients' data at once"
+    paper = "no paper: the centralised reference, e.g. of thesis section 4.3 (Sattler 2021, TU Berlin)"
     Params = AveragingParams  # one pooled model: no ``share``, nothing to keep at home
     pools_data = True

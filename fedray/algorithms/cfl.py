@@ -107,6 +107,9 @@ class CFLClient(ClientAlgorithm):
 
 class CFL(Strategy):
     name = "cfl"
+    description = "CFL: clusters of clients train apart; a stalled cluster splits by its updates' cosine similarity"
+    paper = ('Sattler, Müller, Samek 2020, "Clustered Federated Learning: Model-Agnostic Distributed Multitask '
+        'Optimization Under Privacy Constraints", IEEE TNNLS; thesis Alg. 12, Alg. 11 with schedule: recursive')
     Params = CFLParams
     Client = CFLClient
 

@@ -83,5 +83,8 @@ class DGCClient(STCClient):
 
 class DGC(STC):
     name = "dgc"
+    description = "DGC: top-k sparse updates with momentum correction, factor masking, warm-up; STC's server"
+    paper = ('Lin et al. 2018, "Deep Gradient Compression: Reducing the Communication Bandwidth for Distributed '
+        'Training", ICLR; the baseline of thesis chapter 3 (Sattler 2021, TU Berlin)')
     Params = DGCParams
     Client = DGCClient

@@ -66,6 +66,9 @@ class DSGDClient(ClientAlgorithm):
 
 class DSGD(Strategy):
     name = "dsgd"
+    description = "Distributed SGD: each client computes one mini-batch gradient, the server steps on their mean"
+    paper = ('Sattler 2021, PhD thesis "Concepts for Efficient, Adaptive and Robust Deep Learning from Distributed '
+        'Data", TU Berlin; Alg. 1')
     Params = Params
     Client = DSGDClient
 

@@ -175,6 +175,10 @@ class FDClient(ClientAlgorithm):
 
 class FD(DistillationStrategy):
     name = "fd"
+    description = "FD: clients upload (quantised) soft labels on public data, never weights; Table 5.1's three modes"
+    paper = ('Jeong et al. 2018, "Communication-efficient on-device machine learning: Federated distillation and '
+        'augmentation under non-IID private data", arXiv:1811.11479; as thesis Alg. 3 and section 2.3.3 (Sattler '
+        "2021, TU Berlin)")
     Params = FDParams
     Client = FDClient
     state_attrs = ("models", "start", "down", "sent", "last_up")
@@ -264,4 +268,7 @@ class CFD(FD):
     """Compressed federated distillation, thesis Alg. 8: ``fd`` with dual distillation and 1-bit uploads."""
 
     name = "cfd"
+    description = "CFD: FD with dual distillation and quantised, delta-coded soft labels (1 bit up, float32 down)"
+    paper = ('Sattler, Marban, Rischke, Samek 2021, "CFD: Communication-Efficient Federated Distillation via '
+        'Soft-Label Quantization and Delta Coding", IEEE TNSE; thesis Alg. 8 (Sattler 2021, TU Berlin)')
     Params = CFDParams

@@ -116,6 +116,9 @@ class FedAUXClient(FedDFClient):
 
 class FedAUX(FedDF):
     name = "fedaux"
+    description = "FedAUX: FedDF with pre-training on aux data and distillation weighted by private certainty scores"
+    paper = ('Sattler, Korjakow, Rischke, Samek 2021, "FedAUX: Leveraging Unlabeled Auxiliary Data in Federated '
+        'Learning", IEEE TNNLS; thesis Algs. 14-15, eqs. 7.4-7.13 (Sattler 2021, TU Berlin)')
     Params = FedAUXParams
     Client = FedAUXClient
     state_attrs = ("models", "scores", "test_scores")

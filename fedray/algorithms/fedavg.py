@@ -37,6 +37,9 @@ class FedAvgParams(AveragingParams, HeadSharingParams):
 
 class FedAvg(HeadSharingStrategy):
     name = "fedavg"
+    description = "FedAvg: clients train locally, the server averages their weights (by data size if weighted)"
+    paper = ('McMahan et al. 2017, "Communication-Efficient Learning of Deep Networks from Decentralized Data", '
+        "AISTATS; as thesis Alg. 2 (Sattler 2021, TU Berlin)")
     Params = FedAvgParams
     Client = HeadSharingClient  # theta_i <- SGD_E(theta, D_i); upload theta_i (or its head)
     state_attrs = ("models", "bodies")

@@ -77,6 +77,9 @@ class FedBEClient(FedDFClient):
 
 class FedBE(FedDF):
     name = "fedbe"
+    description = "FedBE: FedDF whose ensemble adds the mean and models sampled from a Gaussian over client weights"
+    paper = ('Chen & Chao 2021, "FedBE: Making Bayesian Model Ensemble Applicable to Federated Learning", ICLR; as the'
+        " baseline of FedAUX, without the SWA of the paper")
     Params = FedBEParams
     Client = FedBEClient
 

@@ -145,6 +145,9 @@ class FedDFClient(HeadSharingClient):
 
 class FedDF(HeadSharingStrategy, DistillationStrategy):
     name = "feddf"
+    description = "FedDF: FedAvg per architecture, then each model distilled from all clients' ensemble on aux data"
+    paper = ('Lin et al. 2020, "Ensemble Distillation for Robust Model Fusion in Federated Learning", NeurIPS; the '
+        "baseline of FedAUX, thesis Alg. 15 with equal weights, eqs. 7.1-7.2 (Sattler 2021, TU Berlin)")
     Params = FedDFParams
     Client = FedDFClient
     state_attrs = ("models", "bodies")

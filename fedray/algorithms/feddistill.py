@@ -134,6 +134,9 @@ class FedDistillClient(HeadSharingClient):
 
 class FedDistill(FedAvg):
     name = "feddistill"
+    description = "FedDistill: users share label-wise mean logits, not models (share_models: FedDistill+)"
+    paper = ('Seo et al. 2020, "Federated Knowledge Distillation", arXiv:2011.02367; as a baseline of FedGen (Zhu, '
+        "Hong, Zhou 2021, ICML, section 6.1)")
     Params = FedDistillParams
     Client = FedDistillClient
     state_attrs = ("models", "bodies", "table", "scored")

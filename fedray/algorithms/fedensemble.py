@@ -24,6 +24,9 @@ from fedray.weights import Weights, set_weights
 
 class FedEnsemble(FedAvg):
     name = "fedensemble"
+    description = "FedEnsemble: FedAvg's training, scored by the mean logits of every user's latest model"
+    paper = ('Zhu, Hong, Zhou 2021, "Data-Free Knowledge Distillation for Heterogeneous Federated Learning", ICML, '
+        "section 6.1 (a baseline)")
     Params = AveragingParams  # no ``share``: it scores whole models
     state_attrs = ("models", "latest")
 

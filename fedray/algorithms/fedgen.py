@@ -153,6 +153,9 @@ class FedGenClient(HeadSharingClient):
 
 class FedGen(FedAvg):
     name = "fedgen"
+    description = "FedGen: a server-trained generator of features regularises the clients' heads (data-free KD)"
+    paper = ('Zhu, Hong, Zhou 2021, "Data-Free Knowledge Distillation for Heterogeneous Federated Learning", ICML; '
+        "Alg. 1, eqs. 4-5")
     Params = FedGenParams
     Client = FedGenClient
     state_attrs = ("models", "bodies", "prior", "generator", "gen_optimizer")

@@ -107,6 +107,9 @@ class FedMMDClient(HeadSharingClient):
 
 class FedMMD(FedAvg):
     name = "fedmmd"
+    description = "FedMMD: local loss plus lam MMD^2 between the local and the frozen global model's outputs"
+    paper = ('Yao, Huang, Sun 2018, "Two-Stream Federated Learning: Reduce the Communication Costs", IEEE VCIP; '
+        "defaults from the code of the first author")
     Params = FedMMDParams
     Client = FedMMDClient
 

@@ -46,6 +46,10 @@ class FedOptParams(AveragingParams):  # no ``share``: the server step moves whol
 
 class FedOpt(FedAvg):
     name = "fedopt"
+    description = "FedOpt: FedAvg's clients, a server optimiser on their mean change (momentum: FedAvgM, adam, ...)"
+    paper = ('Reddi et al. 2021, "Adaptive Federated Optimization", ICLR, Alg. 2; FedAvgM: Hsu, Qi, Brown 2019, '
+        '"Measuring the Effects of Non-Identical Data Distribution for Federated Visual Classification", '
+        "arXiv:1909.06335")
     Params = FedOptParams
     state_attrs = ("models", "moments")
 

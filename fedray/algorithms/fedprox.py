@@ -47,5 +47,7 @@ def proximal(mu: float, params: list[torch.Tensor], anchor: list[torch.Tensor]) 
 
 class FedProx(FedAvg):
     name = "fedprox"
+    description = "FedProx: FedAvg with a proximal term mu/2 ||w - w^t||^2 in each client's local objective"
+    paper = 'Li et al. 2020, "Federated Optimization in Heterogeneous Networks", MLSys; Alg. 2, eq. 2'
     Params = FedProxParams
     Client = FedProxClient

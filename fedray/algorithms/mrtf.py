@@ -80,6 +80,8 @@ class MrTFParams(Params):
 
 class MrTF(DistillationStrategy):
     name = "mrtf"
+    description = "MrTF: FedAvg, each aggregate refined by distillation on the server's unlabelled inputs"
+    paper = 'Li, Yang, Zhan, "MrTF: Model Refinery for Transductive Federated Learning"; section 4.4, eqs. 6-12'
     Params = MrTFParams
     Client = HeadSharingClient  # FedAvg's: theta_{t,k} <- local SGD from theta_t; upload theta_{t,k}
     state_attrs = ("models", "refined", "losses", "previous_targets")

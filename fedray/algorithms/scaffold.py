@@ -110,6 +110,9 @@ class ScaffoldClient(ClientAlgorithm):
 
 class Scaffold(Strategy):
     name = "scaffold"
+    description = "SCAFFOLD: server and client control variates correct the clients' drift in local training"
+    paper = ('Karimireddy et al. 2020, "SCAFFOLD: Stochastic Controlled Averaging for Federated Learning", ICML; Alg. '
+        "1 (control variates by option II or I)")
     Params = ScaffoldParams
     Client = ScaffoldClient
     state_attrs = ("models", "controls")

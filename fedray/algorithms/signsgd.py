@@ -90,6 +90,10 @@ class SignSGDClient(ClientAlgorithm):
 
 class SignSGD(Strategy):
     name = "signsgd"
+    description = "signSGD: clients upload the signs of their updates, the server broadcasts the majority vote"
+    paper = ('Bernstein et al., "signSGD: Compressed Optimisation for Non-Convex Problems", ICML 2018, and "signSGD '
+        'with Majority Vote is Communication Efficient and Fault Tolerant", ICLR 2019; as compared in thesis '
+        "chapter 4, downloads as eq. 4.10 (Sattler 2021, TU Berlin)")
     Params = SignSGDParams
     Client = SignSGDClient
     state_attrs = ("models", "votes", "cache")

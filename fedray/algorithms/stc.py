@@ -102,6 +102,9 @@ class STCClient(ClientAlgorithm):
 
 class STC(Strategy):
     name = "stc"
+    description = "STC: sparse ternary compressed updates both ways, Golomb-coded, with error-feedback residuals"
+    paper = ('Sattler et al. 2020, "Robust and Communication-Efficient Federated Learning From Non-i.i.d. Data", IEEE '
+        "TNNLS; thesis Alg. 7, eqs. 4.4-4.8 (Sattler 2021, TU Berlin)")
     Params = STCParams
     Client = STCClient
     state_attrs = ("models", "residual", "cache")
