@@ -68,7 +68,7 @@ def load(spec: str, key: str) -> Any:
                           f"{type(err).__name__}: {err}") from None
     except Exception as err:  # noqa: BLE001 - whatever the user's module raises on import: one line
         raise ConfigError(f"bad config value {key} = {spec!r}: importing {module_name} failed: "
-                          f"{type(err).__name__}: {_first_line(err)}") from None
+                          f"{type(err).__name__}: {first_line(err)}") from None
     for part in attribute.split("."):
         if not hasattr(obj, part):
             raise ConfigError(f"bad config value {key} = {spec!r}: module {module_name} "
@@ -77,7 +77,8 @@ def load(spec: str, key: str) -> Any:
     return obj
 
 
-def _first_line(err: BaseException) -> str:
+def first_line(err: BaseException) -> str:
+    """An error's first line, for one-line messages."""
     lines = str(err).strip().splitlines()
     return lines[0] if lines else ""
 
@@ -120,30 +121,6 @@ def load_model(spec: str, key: str = "federation.architectures") -> Callable[...
     return obj
 
 
-def check_models(config: Config) -> None:
-    """Build each of the config's own architectures once for the data's input shape and classes (the
-    data set is loaded to learn them): a function that fails or returns no model, or options it cannot
-    take, is one ConfigError line before anything is created. Built-in models need no such check here."""
-    archs = [a for a in config.federation.architectures if is_import_path(a)]
-    if not archs:
-        return
-    from fedray.data import load_dataset
-    from fedray.models import create_model
-
-    d = config.data
-    bundle = load_dataset(d.dataset, d.root, **d.options)
-    for arch in archs:
-        options = config.federation.model_options.get(arch, {})
-        try:
-            create_model(arch, bundle.input_shape, bundle.num_classes, **options)
-        except ConfigError:
-            raise
-        except Exception as err:  # noqa: BLE001 - whatever the user's model raises: one line
-            raise ConfigError(f"bad config value federation.architectures: model {arch!r} with options {options} "
-                              f"cannot be built for inputs of shape {tuple(bundle.input_shape)} and "
-                              f"{bundle.num_classes} classes: {type(err).__name__}: {_first_line(err)}") from None
-
-
 def load_dataset_loader(spec: str, key: str = "data.dataset") -> Callable[..., Any]:
     """A user's data set: a function returning arrays, or a torch Dataset class (torchvision's)."""
     obj = load(spec, key)
@@ -173,7 +150,7 @@ def load_observers(config: Config) -> list:
             made.append(obj())
         except Exception as err:  # noqa: BLE001 - its constructor's error, in one line
             raise ConfigError(f"bad config value {key} = {spec!r}: {obj.__name__}() failed: "
-                              f"{type(err).__name__}: {_first_line(err)}") from None
+                              f"{type(err).__name__}: {first_line(err)}") from None
     return made
 
 

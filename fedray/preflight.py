@@ -8,7 +8,7 @@ one :class:`ConfigError` line naming the key, the value and what to do.
   new run does not write into an old one;
 What a backend checks besides (for Ray: a cluster answers, the actors fit) is the backend's own
 ``check`` (``fedray.backends``). This module imports neither torch nor Ray, unless the config names
-models of the user's (``fedray.plugins.check_models`` builds them once).
+models of the user's (:func:`check_models` builds them once).
 """
 
 from __future__ import annotations
@@ -32,9 +32,33 @@ def check_data(config: Config) -> None:
         aux_source(check_dataset, config.aux.dataset, config.aux.root, **config.aux.options)
     check_partition(config)
     if uses_plugins(config):  # the config's own models: built once for the data (this imports torch)
-        from fedray.plugins import check_models
-
         check_models(config)
+
+
+def check_models(config: Config) -> None:
+    """Build each of the config's own architectures once for the data's input shape and classes (the
+    data set is loaded to learn them): a function that fails or returns no model, or options it cannot
+    take, is one ConfigError line before anything is created. Built-in models need no such check here."""
+    from fedray.plugins import first_line, is_import_path
+
+    archs = [a for a in config.federation.architectures if is_import_path(a)]
+    if not archs:
+        return
+    from fedray.data import load_dataset
+    from fedray.models import create_model
+
+    d = config.data
+    bundle = load_dataset(d.dataset, d.root, **d.options)
+    for arch in archs:
+        options = config.federation.model_options.get(arch, {})
+        try:
+            create_model(arch, bundle.input_shape, bundle.num_classes, **options)
+        except ConfigError:
+            raise
+        except Exception as err:  # noqa: BLE001 - whatever the user's model raises: one line
+            raise ConfigError(f"bad config value federation.architectures: model {arch!r} with options {options} "
+                              f"cannot be built for inputs of shape {tuple(bundle.input_shape)} and "
+                              f"{bundle.num_classes} classes: {type(err).__name__}: {first_line(err)}") from None
 
 
 def training_samples(config: Config) -> tuple[int, str]:

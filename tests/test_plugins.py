@@ -18,7 +18,8 @@ from fedray.data import load_dataset, train_size
 from fedray.method import resolve
 from fedray.models import create_model
 from fedray.models.wrap import WrappedModel
-from fedray.plugins import check_models, load, uses_plugins
+from fedray.plugins import load, uses_plugins
+from fedray.preflight import check_models
 from fedray.runner import run_experiment
 
 USER_CODE = """

@@ -25,6 +25,7 @@ from typing import Any, Callable
 import numpy as np
 
 from fedray.data.bundle import DatasetBundle
+from fedray.plugins import first_line
 
 KEYS = ("train_x", "train_y", "test_x", "test_y")
 _sizes: dict[tuple, int] = {}  # (spec, root, options) -> training samples, counted once per process
@@ -65,9 +66,9 @@ def load_custom(spec: str, loader: Callable[..., Any], root: str, **options: Any
         try:
             out = loader(**({"root": root} if wants_root else {}), **options)
         except (FileNotFoundError, ValueError) as err:  # the loader's own one-line errors, named
-            raise type(err)(f"data set {spec}: {_first_line(err)}") from None
+            raise type(err)(f"data set {spec}: {first_line(err)}") from None
         except Exception as err:  # noqa: BLE001 - whatever the user's loader raises: one line
-            raise ValueError(f"data set {spec}: the loader failed: {type(err).__name__}: {_first_line(err)}") from None
+            raise ValueError(f"data set {spec}: the loader failed: {type(err).__name__}: {first_line(err)}") from None
         bundle = to_bundle(spec, out)
     return bundle
 
@@ -99,7 +100,7 @@ def to_bundle(spec: str, out: Any) -> DatasetBundle:
         train_x, test_x = (np.asarray(a, dtype=np.float32) for a in parts[0::2])
         train_y, test_y = (np.asarray(a) for a in parts[1::2])
     except (TypeError, ValueError) as err:
-        raise ValueError(f"data set {spec}: its arrays cannot be read as numbers: {_first_line(err)}") from None
+        raise ValueError(f"data set {spec}: its arrays cannot be read as numbers: {first_line(err)}") from None
     for part, y in (("train_y", train_y), ("test_y", test_y)):
         if y.ndim != 1 or (y.size and (not np.issubdtype(y.dtype, np.integer) and not np.all(np.mod(y, 1) == 0))):
             raise ValueError(f"data set {spec}: {part} must be a vector of integer class labels, "
@@ -131,8 +132,3 @@ def _is_dataset_class(obj: Any) -> bool:
     from torch.utils.data import Dataset
 
     return issubclass(obj, Dataset)
-
-
-def _first_line(err: BaseException) -> str:
-    lines = str(err).strip().splitlines()
-    return lines[0] if lines else type(err).__name__
