@@ -25,7 +25,7 @@ import traceback
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Optional, Sequence
 
-from tqdm import tqdm
+from tqdm.auto import tqdm  # a widget in a Jupyter notebook (text without ipywidgets), else text
 
 from fedray.backends import Stepper, backend
 from fedray.checkpoint import CheckpointError, checkpoint_round
