@@ -1,0 +1,27 @@
+"""fedray: federated learning on Ray and PyTorch.
+
+The Python API (``fedray.api``): :func:`load_config`, :func:`check`, :func:`run`, :func:`resume`
+and the :class:`Result` of a run. ``import fedray`` stays cheap (no torch, no Ray): the API is
+imported on first use.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from fedray.api import Result, check, load_config, resume, run
+
+__all__ = ["Result", "check", "load_config", "resume", "run"]
+
+
+def __getattr__(name: str) -> Any:
+    if name in __all__:
+        from fedray import api
+
+        return getattr(api, name)
+    raise AttributeError(f"module 'fedray' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted([*globals(), *__all__])
