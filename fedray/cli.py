@@ -1,17 +1,20 @@
-"""Command line: ``fedray run CONFIG [key=value ...]``, ``fedray resume RUN_DIR``, ``fedray check``.
+"""Command line: ``fedray run CONFIG [key=value ...]``, ``fedray resume RUN_DIR``, ``fedray check``,
+``fedray report``, ``fedray plot``, ``fedray methods [--json]`` (the methods and their parameters)
+and ``fedray schema`` (the config's JSON schema).
 
-Everything is validated before the run starts, by ``check`` as by ``run`` and ``resume``: an unknown
-key, a wrong type, an impossible federation, an unknown method, model or data set, a missing data
-file, more clients than samples, a run folder that cannot be made or already holds a run, actors a
-local Ray cannot hold, a cluster that does not answer, a resume that would not extend its run
-(``fedray.preflight``) is one line on stderr and exit status 2, and no run folder is made or Ray
-started. A run that fails later is one line too (exit status 1), naming ``RUN_DIR/error.log`` with
-the whole traceback (a temporary file when the run folder cannot be written) and the checkpoint to
-resume from. ``report`` and ``plot`` refuse a run folder that is missing, a file or without event
-files in one line (exit status 2).
+``run``, ``resume`` and ``check`` are the Python API's functions (``fedray.api``); this module only
+formats their results and errors. Everything is validated before the run starts, by ``check`` as by
+``run`` and ``resume``: an unknown key, a wrong type, an impossible federation, an unknown method,
+model or data set, a missing data file, more clients than samples, a run folder that cannot be made
+or already holds a run, actors a local Ray cannot hold, a cluster that does not answer, a resume
+that would not extend its run (``fedray.preflight``) is one line on stderr and exit status 2, and no
+run folder is made or Ray started. A run that fails later is one line too (exit status 1), naming
+``RUN_DIR/error.log`` with the whole traceback (a temporary file when the run folder cannot be
+written) and the checkpoint to resume from. ``report`` and ``plot`` refuse a run folder that is
+missing, a file or without event files in one line (exit status 2).
 
 The driver of a Ray run imports no torch (the actors do the work): it checks the data itself, and
-the server actor resolves the method before it makes the run folder.
+the server actor resolves a built-in method before it makes the run folder.
 """
 
 from __future__ import annotations
@@ -19,58 +22,12 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-import time
-from pathlib import Path
 
-from fedray.backends import backend
-from fedray.config import Config, ConfigError, load_config, shown
-from fedray.runner import RunFailed, run_experiment, vectorize_note
+from fedray import api
+from fedray.config import ConfigError
+from fedray.runner import RunFailed
 
 EXIT_CONFIG, EXIT_RUN = 2, 1
-
-
-def _resolve(config: Config):
-    from fedray.method import resolve
-
-    return resolve(config)
-
-
-def _default_run_dir(config: Config) -> Path:
-    return Path(config.output_dir) / f"{config.name}-{time.strftime('%Y%m%d-%H%M%S')}"
-
-
-def _resume_config(run_dir: Path, rounds: int | None) -> Config:
-    """The run's config, with ``--rounds``; refused when its checkpoint cannot be resumed from, or
-    ``--rounds`` would not take the run past the checkpoint's round (``preflight.check_resume``)."""
-    from fedray import preflight, rundir
-
-    preflight.check_folder(run_dir, f"run folder {run_dir}")
-    rundir.check_free(run_dir)
-    path = run_dir / "config.yaml"
-    if not path.is_file():
-        raise ConfigError(f"{run_dir} is not a fedray run folder: {path} is missing")
-    config = load_config(path, [f"federation.rounds={rounds}"] if rounds is not None else [])
-    preflight.check_resume(run_dir, config, rounds_given=rounds is not None)
-    return config
-
-
-def _preflight(args, config: Config) -> Path:
-    """What ``check``, ``run`` and ``resume`` refuse before a run starts, each problem one
-    ConfigError line (``fedray.preflight``); returns the run folder."""
-    from fedray import preflight, rundir
-
-    preflight.check_data(config)
-    if args.command == "resume":
-        run_dir = Path(args.run_dir)  # checked by ``_resume_config``
-    elif getattr(args, "run_dir", None):
-        run_dir = Path(args.run_dir)
-        rundir.check_free(run_dir)
-        preflight.check_new_run_dir(run_dir, f"--run-dir {run_dir}")
-    else:
-        run_dir = _default_run_dir(config)
-        preflight.check_new_run_dir(run_dir, f"bad config value output_dir = {config.output_dir!r}")
-    backend(config.runtime.backend).check(config)  # Ray: the cluster answers, the actors fit
-    return run_dir
 
 
 class _Parser(argparse.ArgumentParser):
@@ -105,6 +62,9 @@ def _parser() -> argparse.ArgumentParser:
     check = sub.add_parser("check", help="validate a config (and that its data set is there), run nothing")
     check.add_argument("config")
     check.add_argument("overrides", nargs="*")
+    methods = sub.add_parser("methods", help="list the methods (algorithm.name) and their parameters")
+    methods.add_argument("--json", action="store_true", help="as JSON")
+    sub.add_parser("schema", help="print the config's JSON schema")
     return parser
 
 
@@ -139,6 +99,20 @@ def _plot(args) -> int:
     return 0
 
 
+def _methods(args) -> int:
+    from fedray import catalog
+
+    print(json.dumps(catalog.methods(), indent=2) if args.json else catalog.format_methods())
+    return 0
+
+
+def _schema(args) -> int:
+    from fedray import catalog
+
+    print(json.dumps(catalog.config_schema(), indent=2))
+    return 0
+
+
 def _parse(argv: list[str] | None):
     """The arguments; ``key=value`` overrides may also follow an option (``run CFG --no-progress a=1``)."""
     parser = _parser()
@@ -162,50 +136,27 @@ def main(argv: list[str] | None = None) -> int:
 
 def _main(argv: list[str] | None = None) -> int:
     args = _parse(argv)
-    if args.command == "report":
-        return _report(args)
-    if args.command == "plot":
-        return _plot(args)
+    tools = {"report": _report, "plot": _plot, "methods": _methods, "schema": _schema}
+    if args.command in tools:
+        return tools[args.command](args)
     try:
+        if args.command == "check":
+            config = api.check(args.config, args.overrides)
+            print(f"config ok: {config.name} ({config.algorithm.name}, {config.federation.num_clients} clients, "
+                  f"{config.data.dataset})")
+            return 0
         if args.command == "resume":
-            config = _resume_config(Path(args.run_dir), args.rounds)
+            result = api.resume(args.run_dir, rounds=args.rounds, progress=not args.no_progress)
         else:
-            config = load_config(args.config, args.overrides)
-        method = None
-        if args.command == "check" or config.runtime.backend == "local":
-            method = _resolve(config)
-        run_dir = _preflight(args, config)
-    except (ConfigError, FileNotFoundError, ValueError) as err:
-        print(f"fedray: error: {err}", file=sys.stderr)
-        return EXIT_CONFIG
-    except OSError as err:  # a file or folder the checks read: one line, its name cut
-        print(f"fedray: error: {shown(err.filename)}: {err.strerror}", file=sys.stderr)
-        return EXIT_CONFIG
-    if args.command == "check":
-        note = vectorize_note(config, method.cohort_refusal)
-        if note:
-            print(f"fedray: note: {note}", file=sys.stderr)
-        print(f"config ok: {config.name} ({config.algorithm.name}, {config.federation.num_clients} clients, "
-              f"{config.data.dataset})")
-        return 0
-
-    def announce(folder: Path):
-        nonlocal run_dir
-        run_dir = folder
-        print(f"fedray: run folder {run_dir}  (tensorboard --logdir {run_dir.parent})", file=sys.stderr)
-
-    try:
-        summary = run_experiment(config, run_dir, resume=args.command == "resume",
-                                 progress=not args.no_progress, method=method, announce=announce,
-                                 fresh=args.command == "run" and not args.run_dir)
-    except ConfigError as err:  # the method, resolved in the server actor: nothing has run
+            result = api.run(args.config, args.overrides, run_dir=args.run_dir or None, progress=not args.no_progress)
+    except ConfigError as err:  # found before anything was made or started
         print(f"fedray: error: {err}", file=sys.stderr)
         return EXIT_CONFIG
     except RunFailed as err:
         print(f"fedray: error: {err}", file=sys.stderr)
         return EXIT_RUN
-    print(json.dumps({"run_dir": str(run_dir), **summary["final"],
-                      "best_accuracy": summary["best_accuracy"]}, indent=2))
+    print(json.dumps({"run_dir": str(result.run_dir), **result.final,
+                      "best_accuracy": result.summary["best_accuracy"]}, indent=2))
     return 0
 
 

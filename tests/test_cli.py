@@ -403,3 +403,16 @@ def test_plot_names_a_file_where_its_out_needs_a_folder(tmp_path, capsys):
     for out in (afile / "x.png", afile / "sub" / "x.png"):
         assert refused(tmp_path, capsys, "plot", tmp_path, "--out", out) == (
             f"--out {out}: {afile} is a file, not a folder; name a file in a folder")
+
+
+def test_methods_and_schema_print_the_catalog(tmp_path, capsys):
+    from fedray import catalog
+
+    assert main(["methods"]) == 0
+    assert capsys.readouterr().out == catalog.format_methods() + "\n"
+    assert main(["methods", "--json"]) == 0
+    listing = json.loads(capsys.readouterr().out)
+    assert listing == json.loads(json.dumps(catalog.methods())) and "fedavg" in [m["name"] for m in listing]
+    assert main(["schema"]) == 0
+    assert json.loads(capsys.readouterr().out) == json.loads(json.dumps(catalog.config_schema()))
+    assert refused(tmp_path, capsys, "schema", "extra") == "unrecognized arguments: extra (see `fedray schema --help`)"
