@@ -23,10 +23,12 @@ from pydantic import BaseModel
 from pydantic.fields import FieldInfo
 from pydantic_core import PydanticUndefined, to_jsonable_python
 
+from fedray.plugins import IMPORT_PATH
+
 WIDTH = 110  # of the text listing's lines, where a line can be broken
 SCHEMA_DIALECT = "https://json-schema.org/draft/2020-12/schema"
-# an import path, package.module:Class (fedray.plugins.IMPORT_PATH, as an ECMA-262 pattern)
-IMPORT_PATH_PATTERN = r"^[A-Za-z_]\w*(\.[A-Za-z_]\w*)*:[A-Za-z_]\w*(\.[A-Za-z_]\w*)*$"
+# an import path, package.module:Class: the pattern fedray loads by (valid ECMA-262 too)
+IMPORT_PATH_PATTERN = IMPORT_PATH.pattern
 _BOUNDS = (("gt", ">"), ("ge", ">="), ("lt", "<"), ("le", "<="), ("multiple_of", "multiple of"),
            ("min_length", "length >="), ("max_length", "length <="))
 

@@ -121,10 +121,6 @@ def test_schema_validates_every_config_and_refuses_bad_ones():
         assert not validator.is_valid(bad), bad
 
 
-def test_the_import_path_pattern_is_the_one_fedray_loads():
-    plugins = pytest.importorskip("fedray.plugins")
-    assert IMPORT_PATH_PATTERN == plugins.IMPORT_PATH.pattern
-
 
 def test_importing_the_catalog_imports_no_torch():
     code = "import sys, fedray.catalog; assert 'torch' not in sys.modules, 'torch imported'"
