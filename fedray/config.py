@@ -21,6 +21,7 @@ hyperparameters without touching this file.
 from __future__ import annotations
 
 import copy
+import importlib.util
 import os
 import reprlib
 from pathlib import Path
@@ -175,8 +176,19 @@ class PretrainConfig(_Section):
     min_crop: float = Field(0.2, gt=0, le=1)  # smallest area fraction of a random resized crop
     flip: bool = True  # random horizontal flips (turn off for data where left and right differ)
     jitter: float = Field(0.4, ge=0)  # colour jitter strength on colour images; grey images get none
+    # the augmentations' code: fedray's batched tensor ops, or the same pipeline of torchvision.transforms.v2
+    # (the fedray[vision] extra; fedray.pretrain.simclr.augment_torchvision says where the two differ)
+    augment: Literal["fedray", "torchvision"] = "fedray"
     cache_dir: Optional[PathSetting] = None
     freeze_features: bool = False
+
+    @field_validator("augment")
+    @classmethod
+    def _torchvision_installed(cls, value: str) -> str:
+        if value == "torchvision" and importlib.util.find_spec("torchvision") is None:
+            raise ValueError("torchvision is not installed: install fedray's vision extra (bash scripts/setup_vision.sh, "
+                             "docs/vision.md), or use pretrain.augment: fedray")
+        return value
 
 
 class TrainingConfig(_Section):

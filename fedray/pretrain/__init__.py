@@ -4,6 +4,6 @@
   the disk cache of pre-trained initial models.
 """
 
-from fedray.pretrain.simclr import augment, nt_xent, pretrain_features, pretrained_weights
+from fedray.pretrain.simclr import augment, augment_torchvision, nt_xent, pretrain_features, pretrained_weights
 
-__all__ = ["augment", "nt_xent", "pretrain_features", "pretrained_weights"]
+__all__ = ["augment", "augment_torchvision", "nt_xent", "pretrain_features", "pretrained_weights"]

@@ -8,9 +8,11 @@
 
 The model's classifier takes no part and stays as initialised. The augmentations (random resized
 crops, horizontal flips, colour jitter on colour images only) are batched tensor ops on the data's
-device. The FedAUX authors' checkpoints came from leftthomas/SimCLR (digest section 3): NT-Xent
-temperature 0.5, projection head in -> in (BN, ReLU) -> 128, Adam 1e-3 with weight decay 1e-6; the
-papers give neither epochs nor temperature.
+device; ``pretrain.augment: torchvision`` makes the same pipeline of ``torchvision.transforms.v2``
+(:func:`augment_torchvision`, the ``fedray[vision]`` extra, docs/vision.md). The FedAUX authors'
+checkpoints came from leftthomas/SimCLR (digest section 3): NT-Xent temperature 0.5, projection head
+in -> in (BN, ReLU) -> 128, Adam 1e-3 with weight decay 1e-6; the papers give neither epochs nor
+temperature.
 """
 
 from __future__ import annotations
@@ -29,7 +31,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from fedray.config import PretrainConfig
+from fedray.config import ConfigError, PretrainConfig
 from fedray.weights import Weights, get_weights
 
 
@@ -77,6 +79,59 @@ def colour_jitter(x: torch.Tensor, generator: torch.Generator, strength: float, 
     return (x - grey) * factor() + grey  # saturation
 
 
+def augment_torchvision(x: torch.Tensor, generator: torch.Generator, min_crop: float = 0.2, flip: bool = True,
+                        jitter: float = 0.4) -> torch.Tensor:
+    """:func:`augment` made of ``torchvision.transforms.v2``: ``RandomResizedCrop`` (area fraction in
+    [min_crop, 1], aspect ratio in [3/4, 4/3], bilinear with antialiasing, to the image's own size),
+    ``RandomHorizontalFlip(0.5)`` if ``flip``, and on 3-channel images ``ColorJitter`` of brightness,
+    contrast and saturation ``jitter`` (no hue) with probability 0.8.
+
+    v2 draws one set of random parameters per call, so the pipeline is called once per image (each
+    image gets its own view, as in :func:`augment`). Its randomness comes from ``generator`` (one seed
+    drawn from it per batch, torch's global generator left as it was). ColorJitter clamps float images
+    to [0, 1], so the batch is mapped linearly onto [0, 1] by its minimum and maximum and back
+    afterwards. Where this differs from :func:`augment`: crops are whole-pixel boxes resized (after
+    10 failed draws torchvision falls back to a central crop) rather than one affine resampling with
+    reflected borders; brightness scales around the batch's darkest value rather than the data's mean
+    and jittered values are clipped to the batch's range; contrast and saturation blend with the ITU-R
+    601 grey (0.299 R + 0.587 G + 0.114 B) rather than the channels' mean; the three jitters come in a
+    random order rather than brightness, contrast, saturation. Neither pipeline blurs nor turns images
+    grey (SimCLR's RandomGrayscale and GaussianBlur are left out in both).
+    """
+    if x.ndim != 4:
+        raise ValueError(f"pre-training augments images (B, C, H, W); got inputs of shape {tuple(x.shape)}")
+    pipeline = torchvision_pipeline(x.shape[1], tuple(x.shape[-2:]), min_crop, flip, jitter)
+    seed = int(torch.randint(0, 2**62, (1,), generator=generator))
+    low, high = x.amin(), x.amax()
+    scale = torch.clamp(high - low, min=1e-12)
+    unit = (x - low) / scale
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        views = torch.stack([pipeline(image) for image in unit])
+    return views * scale + low
+
+
+def torchvision_pipeline(channels: int, size: tuple[int, int], min_crop: float, flip: bool, jitter: float):
+    """The ``transforms.v2`` pipeline of :func:`augment_torchvision` for one image of ``channels``
+    channels and ``size`` (H, W); a ConfigError line when torchvision cannot be imported."""
+    try:
+        from torchvision.transforms import v2
+    except Exception as err:  # noqa: BLE001 - missing, or built for another torch ("operator ... does not exist")
+        line = (str(err).strip().splitlines() or [""])[0]
+        raise ConfigError(f"pretrain.augment = torchvision, but torchvision cannot be imported ({type(err).__name__}: "
+                          f"{line}); install fedray's vision extra (docs/vision.md) or set pretrain.augment: fedray") \
+            from None
+    steps = [v2.RandomResizedCrop(size, scale=(min_crop, 1.0), ratio=(3 / 4, 4 / 3), antialias=True)]
+    if flip:
+        steps.append(v2.RandomHorizontalFlip(0.5))
+    if channels == 3 and jitter > 0:  # grey images: no colour to jitter
+        steps.append(v2.RandomApply([v2.ColorJitter(brightness=jitter, contrast=jitter, saturation=jitter)], p=0.8))
+    return v2.Compose(steps)
+
+
+AUGMENTATIONS = {"fedray": augment, "torchvision": augment_torchvision}
+
+
 def nt_xent(z1: torch.Tensor, z2: torch.Tensor, temperature: float) -> torch.Tensor:
     """SimCLR's NT-Xent loss (eq. 1): for each of the 2N views, cross-entropy of its pair among the
     other 2N - 1 views, over cosine similarities divided by ``temperature``; the mean over 2N."""
@@ -108,6 +163,7 @@ def pretrain_features(model: nn.Module, x: torch.Tensor, params: PretrainConfig,
     trained = feature_parameters(model)
     if not trained:
         return {"loss": [], "steps": 0}
+    augmentation = AUGMENTATIONS[params.augment]
     head = ProjectionHead(model.feature_dim, params.projection_dim).to(x.device)
     optimizer = torch.optim.Adam(trained + list(head.parameters()), lr=params.lr, weight_decay=params.weight_decay)
     model.train(), head.train()
@@ -118,7 +174,7 @@ def pretrain_features(model: nn.Module, x: torch.Tensor, params: PretrainConfig,
             batch = x[order[start:start + params.batch_size]]
             if len(batch) < 2:  # a lone image has no negatives (and BatchNorm needs two)
                 continue
-            views = [augment(batch, generator, params.min_crop, params.flip, params.jitter) for _ in range(2)]
+            views = [augmentation(batch, generator, params.min_crop, params.flip, params.jitter) for _ in range(2)]
             loss = nt_xent(*(head(model.features(v)) for v in views), params.temperature)
             optimizer.zero_grad(set_to_none=True)
             loss.backward()
@@ -142,6 +198,8 @@ def cache_key(arch: str, aux_x: np.ndarray, params: PretrainConfig, seed: int, k
     digest = hashlib.sha256(data.tobytes())
     digest.update(f"{data.shape}{data.dtype}".encode())
     settings = params.model_dump(exclude={"cache_dir", "freeze_features"})
+    if settings.get("augment") == "fedray":  # the default: keys as before the option existed
+        del settings["augment"]
     described = json.dumps({"arch": arch, "seed": seed, "extra": key_extra, "settings": settings,
                             "aux": digest.hexdigest()}, sort_keys=True, default=str)
     return hashlib.sha256(described.encode()).hexdigest()
