@@ -1,0 +1,44 @@
+#!/usr/bin/env bash
+# Sets up fedray's vision extra if needed: a second virtual environment, .venv-vision, with torchvision
+# (pinned in scripts/constraints-vision.txt: a CUDA build of torch that runs on the CPU, about 5.5 GB),
+# and Fashion-MNIST as scripts/setup.sh installs it. The main .venv stays torchvision-free. Idempotent: a
+# second call with nothing changed returns in about a second.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+PYTHON=${PYTHON:-python3}
+VENV=.venv-vision
+"$PYTHON" -c 'import sys; sys.exit(sys.version_info < (3, 10))' || {
+    echo "fedray needs Python >= 3.10; $PYTHON is $("$PYTHON" --version 2>&1)" >&2; exit 1; }
+
+stamp_of() { cat pyproject.toml scripts/constraints-vision.txt | sha256sum | cut -c1-16; }
+if [ ! -x $VENV/bin/python ]; then
+    echo "setup_vision: creating $VENV" >&2
+    "$PYTHON" -m venv $VENV
+fi
+if [ "$(cat $VENV/.fedray-stamp 2>/dev/null)" != "$(stamp_of)" ]; then
+    echo "setup_vision: installing packages with torchvision into $VENV (about 5.5 GB, a few minutes)" >&2
+    if ! { $VENV/bin/python -m pip install --upgrade pip && \
+           $VENV/bin/python -m pip install -c scripts/constraints-vision.txt -e '.[test,vision]' && \
+           $VENV/bin/python -c 'import torchvision.ops, torchvision.transforms.v2'; } > $VENV/install.log 2>&1; then
+        tail -n 30 $VENV/install.log >&2
+        echo "setup_vision: installing torchvision failed (whole log: $VENV/install.log)" >&2
+        exit 1
+    fi
+    stamp_of > $VENV/.fedray-stamp
+fi
+
+root=${FEDRAY_DATA_ROOT:-/usr/share/datasets}
+if [ ! -f "$root/fashion-mnist/train-images-idx3-ubyte.gz" ] && [ ! -f "$root/fashion-mnist/train-images-idx3-ubyte" ]; then
+    if [ -n "${FEDRAY_DATA_ROOT:-}" ]; then
+        echo "setup_vision: Fashion-MNIST not found in $root/fashion-mnist (FEDRAY_DATA_ROOT): put the four idx files there" >&2
+        exit 1
+    fi
+    echo "setup_vision: installing Debian's dataset-fashion-mnist package" >&2
+    SUDO=""; [ "$(id -u)" = 0 ] || SUDO="sudo"
+    if ! $SUDO apt-get install -y -q dataset-fashion-mnist >/dev/null 2>&1; then
+        $SUDO apt-get update -q >/dev/null && $SUDO apt-get install -y -q dataset-fashion-mnist >/dev/null || {
+            echo "setup_vision: could not install dataset-fashion-mnist; install it, or set FEDRAY_DATA_ROOT to a folder holding fashion-mnist/*.gz" >&2
+            exit 1; }
+    fi
+fi
