@@ -3,7 +3,8 @@
 A head node is started with ``ray start --head --block`` in its own process group, on fresh ports and
 a private temp dir, with a token that lives under ``tmp_path`` (``RAY_AUTH_TOKEN_PATH``), never in
 the user's ``~/.ray``. A two-round run goes through the real CLI as a job; its driver joins the head
-through the ``RAY_ADDRESS`` that Ray sets for jobs. Afterwards no process of that head may be left.
+through the ``RAY_ADDRESS`` that Ray sets for jobs. Then the examples' own method, model and data
+set run as a job from an uploaded working directory. Afterwards no process of that head may be left.
 """
 
 import json
@@ -167,7 +168,26 @@ def ray_cli(head, *args, timeout=60, **env):
                           timeout=timeout)
 
 
-def test_job_submit_runs_two_rounds_on_the_head_and_leaves_nothing(ray_head, tmp_path):
+def submit(head, job_id, working_dir, script):
+    """``ray job submit`` of a shell script (Ray shell-quotes each entrypoint word, so one script goes
+    through sh -c); its output, or the test fails with the job's logs."""
+    try:
+        done = ray_cli(head, "job", "submit", "--address", head["address"], "--submission-id", job_id,
+                       "--working-dir", str(working_dir), "--", "sh", "-c", script, timeout=300)
+        failed = done.returncode != 0 and f"exit status {done.returncode}\n{done.stdout[-3000:]}"
+    except subprocess.TimeoutExpired as err:
+        failed = f"no end after {err.timeout} s"
+    if failed:
+        logs = ray_cli(head, "job", "logs", job_id, "--address", head["address"])
+        pytest.fail(f"job {job_id} failed: {failed}\n--- ray job logs ---\n{logs.stdout[-6000:]}"
+                    f"{logs.stderr[-2000:]}\n--- head ---\n{head['log'].read_text()[-2000:]}")
+    assert f"Job '{job_id}' succeeded" in done.stdout, done.stdout[-3000:]
+    return done.stdout
+
+
+def test_job_submit_runs_fedray_and_a_users_code_on_the_head_and_leaves_nothing(ray_head, tmp_path, monkeypatch):
+    """One head for both jobs (a head costs about 12 s): fedray's own run, then the examples' code
+    from an uploaded working directory; then the head stops without leaving a process."""
     head = ray_head
     # token auth is really on: a wrong token is refused
     refused = ray_cli(head, "job", "list", "--address", head["address"], RAY_AUTH_TOKEN="not-the-token")
@@ -186,23 +206,11 @@ def test_job_submit_runs_two_rounds_on_the_head_and_leaves_nothing(ray_head, tmp
         "runtime": {"actor_cpus": 0.5, "clients_per_actor": "auto"},  # no address: RAY_ADDRESS decides
     }))
     job_id = f"fedray-test-{head['marker'][:8]}"
-    # `ray job submit` shell-quotes each entrypoint word (shlex.join): one shell script goes through sh -c
-    script = (f'echo "job RAY_ADDRESS=$RAY_ADDRESS" && '
-              f"{shlex.quote(sys.executable)} -m fedray.cli run {shlex.quote(str(config))} --no-progress")
-    try:
-        submit = ray_cli(head, "job", "submit", "--address", head["address"], "--submission-id", job_id,
-                         "--working-dir", str(ROOT), "--", "sh", "-c", script, timeout=300)
-        failed = submit.returncode != 0 and f"exit status {submit.returncode}\n{submit.stdout[-3000:]}"
-    except subprocess.TimeoutExpired as err:
-        failed = f"no end after {err.timeout} s"
-    if failed:
-        logs = ray_cli(head, "job", "logs", job_id, "--address", head["address"])
-        pytest.fail(f"job {job_id} failed: {failed}\n--- ray job logs ---\n{logs.stdout[-6000:]}"
-                    f"{logs.stderr[-2000:]}\n--- head ---\n{head['log'].read_text()[-2000:]}")
-    assert f"Job '{job_id}' succeeded" in submit.stdout, submit.stdout[-3000:]
+    stdout = submit(head, job_id, ROOT, f'echo "job RAY_ADDRESS=$RAY_ADDRESS" && '
+                                        f"{shlex.quote(sys.executable)} -m fedray.cli run {shlex.quote(str(config))} --no-progress")
     # Ray gives the driver the head's GCS address (the node's IP, not 127.0.0.1) in RAY_ADDRESS
-    job_address = re.search(r"^job RAY_ADDRESS=(\S+)$", submit.stdout, re.M)
-    assert job_address and job_address[1].endswith(f":{head['gcs_port']}"), submit.stdout[-3000:]
+    job_address = re.search(r"^job RAY_ADDRESS=(\S+)$", stdout, re.M)
+    assert job_address and job_address[1].endswith(f":{head['gcs_port']}"), stdout[-3000:]
 
     # the head ran the run's server actor: the driver did not start a Ray of its own
     actors = ray_cli(head, "list", "actors", "--address", head["address"], "--format", "json",
@@ -225,6 +233,8 @@ def test_job_submit_runs_two_rounds_on_the_head_and_leaves_nothing(ray_head, tmp
     assert [e.step for e in acc.Scalars("eval/accuracy/mlp")] == [1, 2]
     assert acc.Scalars("eval/accuracy")[-1].value == pytest.approx(result["final"]["eval/accuracy"])
 
+    examples_job(head, tmp_path, monkeypatch)
+
     # stopping the head leaves no process of it behind (and the search does see them all before)
     names = {p.name() for p in head_processes(head["marker"], head["temp_dir"])}
     assert {"gcs_server", "raylet", "ray::DashboardAgent"} <= names, names
@@ -234,31 +244,20 @@ def test_job_submit_runs_two_rounds_on_the_head_and_leaves_nothing(ray_head, tmp
     assert not head_processes(head["marker"], head["temp_dir"])
 
 
-def test_job_submit_with_working_dir_runs_the_examples_own_code(ray_head, tmp_path, monkeypatch):
+def examples_job(head, tmp_path, monkeypatch):
     """`ray job submit --working-dir examples -- fedray run fednova.yaml`, as examples/README.md says:
     the job runs in Ray's copy of the uploaded folder, and the driver, the server actor and the
     client actors import FedNova, TabularNet and the WDBC loader from there (examples/ is on no
     path of this checkout's). The run ends where the same config and rounds end on the local backend."""
-    head = ray_head
     examples = ROOT / "examples"
     output_dir = tmp_path / "runs"
     rounds = ["federation.rounds=3"]
     job_id = f"fedray-examples-{head['marker'][:8]}"
     script = (f'echo "job cwd=$PWD" && {shlex.quote(sys.executable)} -m fedray.cli run fednova.yaml '
               f"{' '.join(rounds)} output_dir={shlex.quote(str(output_dir))} --no-progress")
-    try:
-        submit = ray_cli(head, "job", "submit", "--address", head["address"], "--submission-id", job_id,
-                         "--working-dir", str(examples), "--", "sh", "-c", script, timeout=300)
-        failed = submit.returncode != 0 and f"exit status {submit.returncode}\n{submit.stdout[-3000:]}"
-    except subprocess.TimeoutExpired as err:
-        failed = f"no end after {err.timeout} s"
-    if failed:
-        logs = ray_cli(head, "job", "logs", job_id, "--address", head["address"])
-        pytest.fail(f"job {job_id} failed: {failed}\n--- ray job logs ---\n{logs.stdout[-6000:]}"
-                    f"{logs.stderr[-2000:]}\n--- head ---\n{head['log'].read_text()[-2000:]}")
-    assert f"Job '{job_id}' succeeded" in submit.stdout, submit.stdout[-3000:]
-    job_cwd = re.search(r"^job cwd=(\S+)$", submit.stdout, re.M)
-    assert job_cwd and Path(job_cwd[1]) != examples and job_cwd[1].startswith(head["temp_dir"]), submit.stdout[-3000:]
+    stdout = submit(head, job_id, examples, script)
+    job_cwd = re.search(r"^job cwd=(\S+)$", stdout, re.M)
+    assert job_cwd and Path(job_cwd[1]) != examples and job_cwd[1].startswith(head["temp_dir"]), stdout[-3000:]
 
     run_dirs = list(output_dir.glob("fednova-*"))
     assert len(run_dirs) == 1, run_dirs
