@@ -28,17 +28,4 @@ if [ "$(cat $VENV/.fedray-stamp 2>/dev/null)" != "$(stamp_of)" ]; then
     stamp_of > $VENV/.fedray-stamp
 fi
 
-root=${FEDRAY_DATA_ROOT:-/usr/share/datasets}
-if [ ! -f "$root/fashion-mnist/train-images-idx3-ubyte.gz" ] && [ ! -f "$root/fashion-mnist/train-images-idx3-ubyte" ]; then
-    if [ -n "${FEDRAY_DATA_ROOT:-}" ]; then
-        echo "setup_vision: Fashion-MNIST not found in $root/fashion-mnist (FEDRAY_DATA_ROOT): put the four idx files there" >&2
-        exit 1
-    fi
-    echo "setup_vision: installing Debian's dataset-fashion-mnist package" >&2
-    SUDO=""; [ "$(id -u)" = 0 ] || SUDO="sudo"
-    if ! $SUDO apt-get install -y -q dataset-fashion-mnist >/dev/null 2>&1; then
-        $SUDO apt-get update -q >/dev/null && $SUDO apt-get install -y -q dataset-fashion-mnist >/dev/null || {
-            echo "setup_vision: could not install dataset-fashion-mnist; install it, or set FEDRAY_DATA_ROOT to a folder holding fashion-mnist/*.gz" >&2
-            exit 1; }
-    fi
-fi
+bash scripts/install_data.sh
