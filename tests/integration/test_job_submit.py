@@ -2,9 +2,11 @@
 
 A head node is started with ``ray start --head --block`` in its own process group, on fresh ports and
 a private temp dir, with a token that lives under ``tmp_path`` (``RAY_AUTH_TOKEN_PATH``), never in
-the user's ``~/.ray``. A two-round run goes through the real CLI as a job; its driver joins the head
-through the ``RAY_ADDRESS`` that Ray sets for jobs. Then the examples' own method, model and data
-set run as a job from an uploaded working directory. Afterwards no process of that head may be left.
+the user's ``~/.ray``. The examples' own method, model and data set (examples/) run through the real
+CLI as a job from an uploaded working directory, whose driver joins the head through the
+``RAY_ADDRESS`` that Ray sets for jobs; then as a driver that joins the head itself; and a user's
+package goes to the head's actors through ``runtime.runtime_env``. Afterwards no process of that
+head may be left.
 """
 
 import json
@@ -17,6 +19,7 @@ import socket
 import subprocess
 import sys
 import tempfile
+import textwrap
 import time
 import urllib.error
 import urllib.request
@@ -185,32 +188,37 @@ def submit(head, job_id, working_dir, script):
     return done.stdout
 
 
-def test_job_submit_runs_fedray_and_a_users_code_on_the_head_and_leaves_nothing(ray_head, tmp_path, monkeypatch):
-    """One head for both jobs (a head costs about 12 s): fedray's own run, then the examples' code
-    from an uploaded working directory; then the head stops without leaving a process."""
+def test_job_submit_runs_a_users_code_on_the_head_and_leaves_nothing(ray_head, tmp_path):
+    """One head for all (a head costs about 12 s).
+
+    - ``ray job submit --working-dir examples -- fedray run fednova.yaml``, as examples/README.md
+      says: the job runs in Ray's copy of the uploaded folder, joins the head through the
+      ``RAY_ADDRESS`` Ray sets for jobs, and its driver, server actor and client actors import
+      FedNova, TabularNet and the WDBC loader from there (examples/ is on no path of this checkout's);
+    - the ``fedray`` command (whose own path is its script's folder) from examples/, as a driver
+      that joins the head: it finds the modules in its current folder and Ray gives the actors that
+      folder; it ends where the job ends, bit for bit (folded sums);
+    - a user's package sent with ``runtime.runtime_env`` (:func:`users_package`);
+    - then the head stops without leaving a process.
+    """
     head = ray_head
     # token auth is really on: a wrong token is refused
     refused = ray_cli(head, "job", "list", "--address", head["address"], RAY_AUTH_TOKEN="not-the-token")
     assert refused.returncode != 0 and "AuthenticationError" in refused.stdout + refused.stderr, (
         refused.stdout[-2000:] + refused.stderr[-2000:])
 
+    examples = ROOT / "examples"
     output_dir = tmp_path / "runs"
-    config = tmp_path / "job.yaml"
-    config.write_text(yaml.safe_dump({
-        "name": "jobsubmit",
-        "seed": 0,
-        "output_dir": str(output_dir),
-        "data": {"dataset": "fashion_mnist", "train_limit": 3000, "test_limit": 1000},
-        "federation": {"num_clients": 4, "clients_per_round": 2, "rounds": 2, "architectures": {"mlp": 4}},
-        "training": {"lr": 0.02, "momentum": 0.9, "batch_size": 32, "epochs": 1},
-        "runtime": {"actor_cpus": 0.5, "clients_per_actor": "auto"},  # no address: RAY_ADDRESS decides
-    }))
-    job_id = f"fedray-test-{head['marker'][:8]}"
-    stdout = submit(head, job_id, ROOT, f'echo "job RAY_ADDRESS=$RAY_ADDRESS" && '
-                                        f"{shlex.quote(sys.executable)} -m fedray.cli run {shlex.quote(str(config))} --no-progress")
-    # Ray gives the driver the head's GCS address (the node's IP, not 127.0.0.1) in RAY_ADDRESS
-    job_address = re.search(r"^job RAY_ADDRESS=(\S+)$", stdout, re.M)
-    assert job_address and job_address[1].endswith(f":{head['gcs_port']}"), stdout[-3000:]
+    rounds = ["federation.rounds=3"]
+    job_id = f"fedray-examples-{head['marker'][:8]}"
+    stdout = submit(head, job_id, examples, f'echo "job RAY_ADDRESS=$RAY_ADDRESS cwd=$PWD" && '
+                                            f"{shlex.quote(sys.executable)} -m fedray.cli run fednova.yaml "
+                                            f"{' '.join(rounds)} output_dir={shlex.quote(str(output_dir))} --no-progress")
+    # Ray gives the driver the head's GCS address (the node's IP, not 127.0.0.1) in RAY_ADDRESS, and
+    # runs it in its copy of the working directory
+    job = re.search(r"^job RAY_ADDRESS=(\S+) cwd=(\S+)$", stdout, re.M)
+    assert job and job[1].endswith(f":{head['gcs_port']}"), stdout[-3000:]
+    assert Path(job[2]) != examples and job[2].startswith(head["temp_dir"]), stdout[-3000:]
 
     # the head ran the run's server actor: the driver did not start a Ray of its own
     actors = ray_cli(head, "list", "actors", "--address", head["address"], "--format", "json",
@@ -220,20 +228,25 @@ def test_job_submit_runs_fedray_and_a_users_code_on_the_head_and_leaves_nothing(
     assert "ServerActor" in classes, classes
 
     # the run folder the CLI named (OUTPUT_DIR/NAME-TIMESTAMP), its result.json and TensorBoard events
-    run_dirs = list(output_dir.glob("jobsubmit-*"))
+    run_dirs = list(output_dir.glob("fednova-*"))
     assert len(run_dirs) == 1, run_dirs
-    run_dir = run_dirs[0]
-    result = json.loads((run_dir / "result.json").read_text())
-    assert result["rounds"] == 2, result
-    assert result["executor"]["backend"] == "ray", result
-    assert result["final"]["eval/accuracy"] > 0.5, result  # measured ~0.7; chance is 0.1
-    acc = EventAccumulator(str(run_dir), size_guidance={"scalars": 0})
+    result = json.loads((run_dirs[0] / "result.json").read_text())
+    assert result["rounds"] == 3 and result["executor"]["backend"] == "ray", result
+    assert result["final"]["eval/accuracy"] > 0.8, result  # the majority class is 0.63 of the test split
+    acc = EventAccumulator(str(run_dirs[0]), size_guidance={"scalars": 0})
     acc.Reload()
-    assert [e.step for e in acc.Scalars("eval/accuracy")] == [1, 2]
-    assert [e.step for e in acc.Scalars("eval/accuracy/mlp")] == [1, 2]
+    assert [e.step for e in acc.Scalars("eval/accuracy")] == [1, 2, 3]
     assert acc.Scalars("eval/accuracy")[-1].value == pytest.approx(result["final"]["eval/accuracy"])
 
-    examples_job(head, tmp_path, monkeypatch)
+    address = job[1]  # the head's GCS, as a driver outside a job joins it
+    joined = subprocess.run([str(BIN / "fedray"), "run", "fednova.yaml", *rounds, f"runtime.address={address}",
+                             "--run-dir", str(tmp_path / "joined"), "--no-progress"],
+                            cwd=examples, env=head["env"], capture_output=True, text=True, timeout=300)
+    assert joined.returncode == 0, joined.stderr[-3000:]
+    driven = json.loads((tmp_path / "joined" / "result.json").read_text())
+    assert driven["final"] == result["final"] and driven["executor"]["backend"] == "ray", driven
+
+    users_package(head, address, tmp_path)
 
     # stopping the head leaves no process of it behind (and the search does see them all before)
     names = {p.name() for p in head_processes(head["marker"], head["temp_dir"])}
@@ -244,31 +257,70 @@ def test_job_submit_runs_fedray_and_a_users_code_on_the_head_and_leaves_nothing(
     assert not head_processes(head["marker"], head["temp_dir"])
 
 
-def examples_job(head, tmp_path, monkeypatch):
-    """`ray job submit --working-dir examples -- fedray run fednova.yaml`, as examples/README.md says:
-    the job runs in Ray's copy of the uploaded folder, and the driver, the server actor and the
-    client actors import FedNova, TabularNet and the WDBC loader from there (examples/ is on no
-    path of this checkout's). The run ends where the same config and rounds end on the local backend."""
-    examples = ROOT / "examples"
-    output_dir = tmp_path / "runs"
-    rounds = ["federation.rounds=3"]
-    job_id = f"fedray-examples-{head['marker'][:8]}"
-    script = (f'echo "job cwd=$PWD" && {shlex.quote(sys.executable)} -m fedray.cli run fednova.yaml '
-              f"{' '.join(rounds)} output_dir={shlex.quote(str(output_dir))} --no-progress")
-    stdout = submit(head, job_id, examples, script)
-    job_cwd = re.search(r"^job cwd=(\S+)$", stdout, re.M)
-    assert job_cwd and Path(job_cwd[1]) != examples and job_cwd[1].startswith(head["temp_dir"]), stdout[-3000:]
+USER_CODE = """
+import numpy as np
+from torch import nn
 
-    run_dirs = list(output_dir.glob("fednova-*"))
-    assert len(run_dirs) == 1, run_dirs
-    result = json.loads((run_dirs[0] / "result.json").read_text())
-    assert result["rounds"] == 3 and result["executor"]["backend"] == "ray", result
+from fedray.algorithms.fedavg import FedAvg
 
-    import fedray
 
-    monkeypatch.chdir(examples)
-    monkeypatch.syspath_prepend(str(examples))
-    local = fedray.run("fednova.yaml", [*rounds, "runtime.backend=local", f"output_dir={tmp_path / 'local'}"],
-                       progress=False)
-    assert result["final"] == local.final  # folded sums: the same models, bit for bit
-    assert result["final"]["eval/accuracy"] > 0.8, result  # the majority class is 0.63 of the test split
+class Avg(FedAvg):
+    name = "user-avg"
+
+
+def net(num_classes, hidden=32):
+    return nn.Sequential(nn.Flatten(), nn.Linear(64, hidden), nn.ReLU(), nn.Linear(hidden, num_classes))
+
+
+def digits(seed=0):
+    from sklearn.datasets import load_digits
+
+    d = load_digits()
+    x = (d.data / 16.0).reshape(-1, 1, 8, 8)
+    order = np.random.default_rng(seed).permutation(len(x))
+    return {"train_x": x[order[:1400]], "train_y": d.target[order[:1400]],
+            "test_x": x[order[1400:]], "test_y": d.target[order[1400:]]}
+"""
+
+
+def users_package(head, address, tmp_path):
+    """A user's package reaches the head's actors through ``runtime.runtime_env``: the head's workers
+    know nothing of it, the driver finds it on PYTHONPATH and runs from another folder, so only
+    ``py_modules`` can carry it to the server and client actors. Without it the same run stops in one
+    line naming the module and how to send it (exit 2, nothing run)."""
+    name = f"usercode_{uuid.uuid4().hex[:8]}"
+    package = tmp_path / "src" / name
+    package.mkdir(parents=True)
+    (package / "__init__.py").write_text(textwrap.dedent(USER_CODE))
+    elsewhere = tmp_path / "elsewhere"  # the driver's folder: not the package's
+    elsewhere.mkdir()
+    env = {**head["env"], "PYTHONPATH": str(tmp_path / "src")}
+
+    def run(label, runtime_env):
+        tree = {"name": label, "seed": 1,
+                "data": {"dataset": f"{name}:digits"},
+                "federation": {"num_clients": 6, "clients_per_round": 4, "rounds": 2,
+                               "architectures": {f"{name}:net": 6}},
+                "training": {"lr": 0.5, "batch_size": 16, "epochs": 2},
+                "algorithm": {"name": f"{name}:Avg"},
+                "runtime": {"address": address, "actor_cpus": 0.5, "clients_per_actor": "auto",
+                            **({"runtime_env": runtime_env} if runtime_env else {})}}
+        path = tmp_path / f"{label}.yaml"
+        path.write_text(yaml.safe_dump(tree))
+        return subprocess.run([str(BIN / "fedray"), "run", str(path), "--no-progress", "--run-dir",
+                               str(tmp_path / "runs" / label)], cwd=elsewhere, env=env, capture_output=True,
+                              text=True, timeout=240)
+
+    shipped = run("shipped", {"py_modules": [str(package)]})
+    assert shipped.returncode == 0, shipped.stderr[-3000:]
+    result = json.loads((tmp_path / "runs" / "shipped" / "result.json").read_text())
+    assert result["executor"]["backend"] == "ray" and result["algorithm"] == f"{name}:Avg", result
+    assert result["final"]["eval/accuracy"] > 0.5, result  # ten digits: chance is 0.1
+
+    missing = run("missing", None)
+    ours = [line for line in missing.stderr.splitlines() if line.startswith("fedray:")]
+    assert missing.returncode == 2 and len(ours) == 1, missing.stderr[-3000:]
+    assert ours[0] == (f"fedray: error: the run's actors cannot import module {name!r}, which the config names: "
+                       f"send it to the cluster's nodes with runtime.runtime_env (e.g. {{py_modules: [{name}]}}) or "
+                       f"ray job submit --working-dir (docs/extending.md, where your code runs)")
+    assert not (tmp_path / "runs" / "missing" / "config.yaml").exists()
