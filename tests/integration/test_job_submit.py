@@ -188,7 +188,7 @@ def submit(head, job_id, working_dir, script):
     return done.stdout
 
 
-def test_job_submit_runs_a_users_code_on_the_head_and_leaves_nothing(ray_head, tmp_path):
+def test_job_submit_runs_a_users_code_on_the_head_and_leaves_nothing(ray_head, tmp_path, monkeypatch):
     """One head for all (a head costs about 12 s).
 
     - ``ray job submit --working-dir examples -- fedray run fednova.yaml``, as examples/README.md
@@ -197,7 +197,8 @@ def test_job_submit_runs_a_users_code_on_the_head_and_leaves_nothing(ray_head, t
       FedNova, TabularNet and the WDBC loader from there (examples/ is on no path of this checkout's);
     - the ``fedray`` command (whose own path is its script's folder) from examples/, as a driver
       that joins the head: it finds the modules in its current folder and Ray gives the actors that
-      folder; it ends where the job ends, bit for bit (folded sums);
+      folder; both end where the same config and rounds end on the local backend, bit for bit
+      (folded sums);
     - a user's package sent with ``runtime.runtime_env`` (:func:`users_package`);
     - then the head stops without leaving a process.
     """
@@ -245,6 +246,12 @@ def test_job_submit_runs_a_users_code_on_the_head_and_leaves_nothing(ray_head, t
     assert joined.returncode == 0, joined.stderr[-3000:]
     driven = json.loads((tmp_path / "joined" / "result.json").read_text())
     assert driven["final"] == result["final"] and driven["executor"]["backend"] == "ray", driven
+    import fedray
+
+    monkeypatch.chdir(examples)
+    local = fedray.run("fednova.yaml", [*rounds, "runtime.backend=local", f"output_dir={tmp_path / 'local'}"],
+                       progress=False)
+    assert result["final"] == local.final
 
     users_package(head, address, tmp_path)
 
