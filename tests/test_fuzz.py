@@ -4,7 +4,7 @@ Each target gets random inputs and mutations of valid ones (truncated, a byte fl
 deleted or swapped, header fields replaced and the checksum re-sealed so that the decoder's own checks
 are reached). Whatever comes in, the target either works, and its result keeps the target's invariant,
 or raises the project's own error in one line: ``ConfigError``, ``CorruptPayload`` or ``CheckpointError``.
-Derandomized, 2,000 examples a target, so CI sees the same inputs every time.
+Derandomized, 1,000 examples a target, so CI sees the same inputs every time.
 
 Strategies are made once, at import: hypothesis validates each new strategy object, which on these
 tiny inputs costs more than the code under test.
@@ -31,7 +31,7 @@ from fedray.config import Config, ConfigError, apply_overrides, build_config, lo
 from fedray.distill import soft_labels
 from fedray.distill.soft_labels import FULL_PRECISION, decode_soft_labels, dequantize, encode_soft_labels, quantize
 
-FUZZ = settings(max_examples=2000, deadline=None, derandomize=True, database=None,
+FUZZ = settings(max_examples=1000, deadline=None, derandomize=True, database=None,
                 suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 # per-example folders on tmpfs where there is one: a folder on disk costs 1 to 3 ms to make and remove
 SCRATCH = "/dev/shm" if os.access("/dev/shm", os.W_OK) else None
