@@ -9,7 +9,7 @@ import ray
 from ray.cluster_utils import Cluster
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-from actors.driver import start_server
+from actors.driver import lean_head, start_server
 from actors.executor import RayExecutor
 from fedray.assembly import assemble
 from fedray.checkpoint import CHECKPOINT, read_checkpoint
@@ -22,12 +22,20 @@ from tests.integration.conftest import small_config
 pytestmark = pytest.mark.integration
 
 
-def test_clients_spread_over_two_nodes_and_learn(tmp_path):
-    cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 1, "include_dashboard": False})
-    cluster.add_node(num_cpus=1)
-    try:
+def cluster_of(*cpus: int) -> tuple[Cluster, list]:
+    """A head of 1 CPU and a node per entry of ``cpus``, each started as a run's own local Ray is
+    (``actors.driver.lean_head``: about 4 s for three nodes, not 7), and this process joined to it."""
+    with lean_head():
+        cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 1, "include_dashboard": False})
+        nodes = [cluster.add_node(num_cpus=n) for n in cpus]
         ray.init(address=cluster.address, logging_level="ERROR")
         cluster.wait_for_nodes()
+    return cluster, nodes
+
+
+def test_clients_spread_over_two_nodes_and_learn(tmp_path):
+    cluster, _ = cluster_of(1)
+    try:
         config = small_config(runtime={"address": cluster.address, "actor_cpus": 1, "clients_per_actor": "auto"})
         server = start_server(config, resolve(config), tmp_path, resume=False)
         nodes = ray.get(server.client_node_ids.remote())
@@ -50,12 +58,9 @@ def test_pool_sized_per_node_and_a_lost_node_hands_its_clients_over(tmp_path):
     the node ends where the undisturbed run of the same config ends, bit for bit. The undisturbed
     run is the in-process one (``LocalExecutor``: the same sums to the last bit, ``fedray.fold``;
     one torch thread in both, so each client trains alike), which spares the test a second pool."""
-    cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 1, "include_dashboard": False})
-    nodes = [cluster.add_node(num_cpus=1), cluster.add_node(num_cpus=2)]
+    cluster, nodes = cluster_of(1, 2)
     big = f"{nodes[1].node_ip_address}/{nodes[1].node_id[:8]}"
     try:
-        ray.init(address=cluster.address, logging_level="ERROR")
-        cluster.wait_for_nodes()
         config = small_config(runtime={"address": cluster.address, "actor_cpus": 1, "clients_per_actor": "auto",
                                        "torch_threads": 1},
                               federation={"rounds": 3, "clients_per_round": 10}, checkpoint_every=1)

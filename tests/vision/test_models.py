@@ -10,6 +10,7 @@ import ray  # noqa: E402
 import torch  # noqa: E402
 from torch import nn  # noqa: E402
 
+from actors.driver import lean_head  # noqa: E402
 from fedray.assembly import assemble  # noqa: E402
 from fedray.checkpoint import CHECKPOINT, read_checkpoint  # noqa: E402
 from fedray.config import build_config  # noqa: E402
@@ -54,7 +55,8 @@ def test_pretrained_weights_for_other_classes_are_one_line():
 
 @pytest.fixture(scope="module")
 def local_ray():
-    ray.init(num_cpus=2, include_dashboard=False, logging_level="ERROR")
+    with lean_head():
+        ray.init(address="local", num_cpus=2, include_dashboard=False, logging_level="ERROR")
     yield
     ray.shutdown()
 
