@@ -131,16 +131,21 @@ def test_a_hung_client_actor_ends_the_round_at_its_deadline(local_ray, tmp_path)
 def kill_process_when(title: str, run_dir: Path, round: int):
     """While in the block, kill -9 the Ray worker whose process title starts with ``title`` once the
     run's checkpoint reaches ``round``, however long that takes (on a deadline instead, a loaded
-    machine would see it killed before the run got there); nothing if the block ends first."""
+    machine would see it killed before the run got there); nothing if the block ends first. Only
+    this test's workers: descendants of this process (its Ray's, or those of a ``fedray`` it
+    started), never another Ray's on the machine."""
     ended = threading.Event()
 
     def watch():
         while (checkpoint_round(run_dir) or 0) < round:
             if ended.wait(0.05):
                 return
-        for proc in psutil.process_iter(["cmdline"]):
-            if (proc.info["cmdline"] or [""])[0].startswith(title):
-                proc.kill()
+        for proc in psutil.Process().children(recursive=True):
+            try:
+                if (proc.cmdline() or [""])[0].startswith(title):
+                    proc.kill()
+            except psutil.Error:  # ended meanwhile
+                pass
 
     thread = threading.Thread(target=watch, daemon=True)
     thread.start()
@@ -195,10 +200,15 @@ def test_sigterm_to_the_process_group_ends_the_round_and_the_resumed_run_is_iden
     The driver ends the round under way, writes its checkpoint and names it; resumed, the run ends
     bit for bit where an uninterrupted run ends (models and every logged accuracy: this is also the
     suite's test of resume equality on Ray; test_stateful_stc_on_actors_resumes_exactly is the
-    stateful one)."""
-    config = small_config(federation={"rounds": 100, "architectures": {"mlp": 10}}, checkpoint_every=1000)
+    stateful one). FedAvg with ``clients_per_actor: auto`` folds by fold group, which no actor
+    decides, so the uninterrupted run is the in-process one (``fedray.fold``: the same sums to the
+    last bit; one torch thread in both), and the stopped run has one client actor beside the server."""
+    def config(rounds: int, **runtime):
+        return small_config(federation={"rounds": rounds, "architectures": {"mlp": 10}}, checkpoint_every=1000,
+                            runtime={"actor_cpus": 1, "clients_per_actor": "auto", "torch_threads": 1, **runtime})
+
     path = tmp_path / "c.yaml"
-    save_config(config, path)
+    save_config(config(100), path)
     run_dir = tmp_path / "stopped"
     proc = fedray("run", str(path), "--run-dir", str(run_dir), "--no-progress")
     wait_for_round(proc, run_dir)
@@ -210,10 +220,10 @@ def test_sigterm_to_the_process_group_ends_the_round_and_the_resumed_run_is_iden
     assert saved is not None and 1 <= saved < 100, last  # written at the stop: checkpoint_every is 1000
     assert last == (f"fedray: error: stopped by SIGTERM after round {saved}; the checkpoint of round {saved} "
                     f"is intact: fedray resume {run_dir}")
-    run_experiment(small_config(federation={"rounds": saved + 1, "architectures": {"mlp": 10}}, checkpoint_every=1000), run_dir, resume=True,
-                   progress=False)
+    resumed = run_experiment(config(saved + 1), run_dir, resume=True, progress=False)
+    assert resumed["executor"]["backend"] == "ray" and resumed["executor"]["actors"] == 2
     whole = tmp_path / "whole"
-    run_experiment(small_config(federation={"rounds": saved + 1, "architectures": {"mlp": 10}}), whole, progress=False)
+    run_experiment(config(saved + 1, backend="local"), whole, progress=False)
     a, b = (read_checkpoint(d / CHECKPOINT) for d in (whole, run_dir))
     assert a["round"] == b["round"] == saved + 1
     assert_same_state(a["strategy"]["models"], b["strategy"]["models"])
