@@ -11,7 +11,6 @@ from __future__ import annotations
 import ctypes
 import importlib
 import os
-import threading
 from typing import Any, Optional
 
 import ray
@@ -127,25 +126,19 @@ class HostActor:
                 "gpus": self.host.gpus, "hosted": self.host.hosted()}
 
 
-def _warm_up() -> None:
-    """The imports a client actor needs, done before ``setup`` asks: the client code (torch with it)
-    and TorchDynamo, which ``torch.optim``'s first ``step`` imports (1.8 s on our 2-core machine:
-    here it overlaps the server's data loading instead of lengthening round one)."""
-    importlib.import_module("fedray.clients")
-    importlib.import_module("torch._dynamo")
-
-
 class ClientActor(HostActor):
-    """A client actor: imports torch and the client code in a background thread from its start."""
+    """A client actor: imports torch and the client code as it starts."""
 
     def __init__(self):
-        self._warm = threading.Thread(target=_warm_up, daemon=True)
-        self._warm.start()
-
-    @host_method
-    def setup(self, *args: Any, **kwargs: Any) -> dict[str, Any]:
-        self._warm.join()
-        return HostActor.setup(self, *args, **kwargs)
+        """The imports a client actor needs, done before ``setup`` asks: the client code (torch with
+        it) and TorchDynamo, which ``torch.optim`` imports when an optimizer is made (1.3-1.8 s on
+        our 2-core machine). Actors start while the server loads the data, so this overlaps it
+        instead of lengthening round one. In the constructor, not in a thread of its own: Ray
+        unpickles ``setup``'s arguments (which import fedray's modules) before ``setup`` runs, and
+        two threads importing the same modules at once can fail with Python's import
+        ``_DeadlockError`` (seen once in a test run)."""
+        importlib.import_module("fedray.clients")
+        importlib.import_module("torch._dynamo")
 
 
 class ClientPool:
