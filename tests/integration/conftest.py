@@ -3,7 +3,7 @@
 import pytest
 import ray
 
-from actors.driver import lean_head
+from actors.driver import lean_head, shutdown_ray
 from fedray.config import build_config
 
 
@@ -13,7 +13,7 @@ def local_ray():
     with lean_head():
         ray.init(address="local", num_cpus=2, include_dashboard=False, logging_level="ERROR")
     yield
-    ray.shutdown()
+    shutdown_ray()
 
 
 def small_config(**sections):

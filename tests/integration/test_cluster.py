@@ -9,7 +9,7 @@ import ray
 from ray.cluster_utils import Cluster
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-from actors.driver import lean_head, start_server
+from actors.driver import lean_head, shutdown_ray, start_server
 from actors.executor import RayExecutor
 from fedray.assembly import assemble
 from fedray.checkpoint import CHECKPOINT, read_checkpoint
@@ -45,7 +45,7 @@ def test_clients_spread_over_two_nodes_and_learn(tmp_path):
         assert result.metrics["eval/accuracy"] > 0.70
         assert ray.get(server.finish.remote())["rounds"] == 3
     finally:
-        ray.shutdown()
+        shutdown_ray()
         cluster.shutdown()
 
 
@@ -110,5 +110,5 @@ def test_pool_sized_per_node_and_a_lost_node_hands_its_clients_over(tmp_path):
                 group = ex.groups[ex.ids.index(int(actor_left))]
                 assert {int(c) for c in ids.split(", ")} <= {c.client_id for c in group}
     finally:
-        ray.shutdown()
+        shutdown_ray()
         cluster.shutdown()

@@ -10,7 +10,7 @@ import ray  # noqa: E402
 import torch  # noqa: E402
 from torch import nn  # noqa: E402
 
-from actors.driver import lean_head  # noqa: E402
+from actors.driver import lean_head, shutdown_ray  # noqa: E402
 from fedray.assembly import assemble  # noqa: E402
 from fedray.checkpoint import CHECKPOINT, read_checkpoint  # noqa: E402
 from fedray.config import build_config  # noqa: E402
@@ -58,7 +58,7 @@ def local_ray():
     with lean_head():
         ray.init(address="local", num_cpus=2, include_dashboard=False, logging_level="ERROR")
     yield
-    ray.shutdown()
+    shutdown_ray()
 
 
 def config(backend):
