@@ -234,11 +234,16 @@ class RayBackend:
                 shutdown_ray()
             return summary
 
+        def close() -> None:
+            ray.kill(server)  # its client actors, which it owns, end with it
+            if started:
+                shutdown_ray()
+
         def ask(call) -> Callable[[], Any]:
             return lambda: unwrap(lambda: ray.get(call.remote()))
 
         return Stepper(ask(server.current_round), ask(server.run_round), finish, ask(server.checkpoint),
-                       ask(server.cohort_refusal)())
+                       ask(server.cohort_refusal)(), close)
 
 
 RAY = RayBackend()

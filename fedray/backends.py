@@ -33,6 +33,9 @@ class Stepper:
     finish: Callable[[], dict[str, Any]]
     checkpoint: Callable[[], Any]  # write the checkpoint of the round now
     cohort_refusal: Optional[str] = None  # why the clients do not train as cohorts, when asked to
+    # after a failure or a stop: end what the run started (its actors, a Ray of its own), so that the
+    # next run in this process finds the CPUs free; its checkpoint and folder stay as they are
+    close: Callable[[], None] = lambda: None
 
 
 class Backend(Protocol):

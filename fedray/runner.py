@@ -14,6 +14,7 @@ replaced by a file), the story goes to a temporary file, which the line names in
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import signal
@@ -122,6 +123,7 @@ def run_experiment(config: Config, run_dir: str | Path, resume: bool = False, pr
 
 def _run(config: Config, run_dir: Path, resume: bool, progress: bool, method: Optional[Method],
          announce: Callable[[Path], None], observers: Sequence[Observer]) -> dict[str, Any]:
+    stepper = None
     try:
         with StopSignal() as stop:
             stepper = backend(config.runtime.backend).start(config, method, run_dir, resume, observers)
@@ -131,7 +133,8 @@ def _run(config: Config, run_dir: Path, resume: bool, progress: bool, method: Op
             if note:
                 print(f"fedray: note: {note}", file=sys.stderr)
             _step_all(stepper, config, progress, stop)
-            return stepper.finish()
+            summary, stepper = stepper.finish(), None
+            return summary
     except Stopped as done:
         raise RunFailed(resume_hint(f"stopped by {done}", run_dir)) from None
     except KeyboardInterrupt:
@@ -141,6 +144,10 @@ def _run(config: Config, run_dir: Path, resume: bool, progress: bool, method: Op
             raise root_cause(err) from None  # found before the run wrote anything
         saved = write_error_log(run_dir, err)
         raise RunFailed(resume_hint(f"{one_line(root_cause(err))} ({saved})", run_dir)) from None
+    finally:
+        if stepper is not None:  # the run failed or stopped: its actors would hold the CPUs until
+            with contextlib.suppress(Exception):  # collected; the line above says what went wrong
+                stepper.close()
 
 
 def vectorize_note(config: Config, refusal: Optional[str]) -> Optional[str]:

@@ -2,6 +2,7 @@
 
 import json
 import os
+import time
 
 import numpy as np
 import pytest
@@ -79,6 +80,13 @@ def test_a_client_error_deep_in_a_method_reaches_error_log_through_two_actors(lo
     log = (tmp_path / ERROR_LOG).read_text()
     assert_full_story(log)  # the client actor's traceback: file, line, the method's steps
     assert "ray::ServerActor.run_round" in log  # and the server actor's, through which it passed
+    # the failed run ended its server and client actors: the next run in this process finds every CPU
+    # free, although the exception (whose context holds the run's actor handles) is still alive here
+    deadline = time.monotonic() + 60
+    while ray.available_resources().get("CPU") != 2:
+        assert time.monotonic() < deadline, f"the failed run's actors still hold {ray.available_resources()}"
+        time.sleep(0.1)
+    assert info.value.__context__ is not None
 
 
 def test_actors_that_do_not_fit_the_cluster_are_refused_before_the_run_writes(local_ray, tmp_path):
