@@ -28,7 +28,7 @@ from fedray.assembly import assemble
 from fedray.federation import Federation
 from fedray.runner import RunFailed, run_experiment
 from fedray.tracking import read_scalars
-from tests.integration.conftest import small_config
+from tests.integration.conftest import FOUR_ACTORS, small_config
 
 pytestmark = [pytest.mark.integration, pytest.mark.faults]
 ROOT = Path(__file__).resolve().parents[2]
@@ -81,7 +81,7 @@ def test_a_client_actor_killed_at_any_moment_changes_nothing(local_ray, tmp_path
     from actors.client import ClientPool
 
     config = small_config(**STC, federation={"rounds": 3, "clients_per_round": 10, "architectures": {"mlp": 10}},
-                          checkpoint_every=1)
+                          checkpoint_every=1, runtime=FOUR_ACTORS)
     whole = Federation(assemble(config, RayExecutor), tmp_path / "whole")
     while not whole.done:
         whole.run_round()

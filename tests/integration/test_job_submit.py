@@ -310,7 +310,7 @@ def users_package(head, address, tmp_path):
                                "architectures": {f"{name}:net": 6}},
                 "training": {"lr": 0.5, "batch_size": 16, "epochs": 2},
                 "algorithm": {"name": f"{name}:Avg"},
-                "runtime": {"address": address, "actor_cpus": 0.5, "clients_per_actor": "auto",
+                "runtime": {"address": address, "actor_cpus": 1, "clients_per_actor": "auto",
                             **({"runtime_env": runtime_env} if runtime_env else {})}}
         path = tmp_path / f"{label}.yaml"
         path.write_text(yaml.safe_dump(tree))

@@ -20,7 +20,7 @@ from fedray.runner import ERROR_LOG, RunFailed, run_experiment
 from fedray.tracking import read_scalars
 from fedray.weights import nbytes
 import tests.faulty_method as faulty
-from tests.integration.conftest import small_config
+from tests.integration.conftest import FOUR_ACTORS, small_config
 from tests.support import ClientCounter
 from tests.test_runner import assert_full_story
 
@@ -28,7 +28,7 @@ pytestmark = pytest.mark.integration
 
 
 def test_two_architectures_on_four_actors_learn_and_log(local_ray, tmp_path):
-    config = small_config()
+    config = small_config(runtime=FOUR_ACTORS)
     summary = run_experiment(config, tmp_path, progress=False, observers=[ClientCounter()])  # runs in the server actor
     assert summary["client_counter"] == {"total": 18, "rounds": [1, 2, 3]}
     node = f"{ray.util.get_node_ip_address()}/{ray.get_runtime_context().get_node_id()[:8]}"
@@ -51,7 +51,8 @@ def test_two_architectures_on_four_actors_learn_and_log(local_ray, tmp_path):
     assert scalars["train/loss"][-1][1] < scalars["train/loss"][0][1]
     assert json.loads((tmp_path / "result.json").read_text())["rounds"] == 3
     # the same run on four client actors, the server hosting none, ends with the same weights
-    apart = run_experiment(small_config(runtime={"server_hosts_clients": False}), tmp_path / "apart", progress=False)
+    apart = run_experiment(small_config(runtime={**FOUR_ACTORS, "server_hosts_clients": False}), tmp_path / "apart",
+                           progress=False)
     assert apart["executor"]["server_hosts_clients"] is False and apart["executor"]["actors"] == 4
     other = read_checkpoint(tmp_path / "apart" / CHECKPOINT)["strategy"]["models"]
     for arch in state:
@@ -62,7 +63,7 @@ def test_two_architectures_on_four_actors_learn_and_log(local_ray, tmp_path):
 def test_every_dead_client_actor_is_named_at_once(local_ray, tmp_path):
     """Actors killed for good (``ray.kill`` forbids Ray's restart) cannot come back: the run stops,
     all actors are pinged together and both dead actors' clients are named in the one message."""
-    config = small_config(runtime={"actor_cpus": 0.5, "clients_per_actor": 3}, federation={"clients_per_round": 10})
+    config = small_config(runtime=FOUR_ACTORS, federation={"clients_per_round": 10})
     fed = Federation(assemble(config, RayExecutor), tmp_path)
     ray.kill(fed.executor.actors[0]), ray.kill(fed.executor.actors[2])
     with pytest.raises(ClientActorLost, match=r"hosting clients \[0, 4, 8, 2, 6\]\) died during round 1"):
@@ -72,7 +73,9 @@ def test_every_dead_client_actor_is_named_at_once(local_ray, tmp_path):
 
 def test_a_client_error_deep_in_a_method_reaches_error_log_through_two_actors(local_ray, tmp_path):
     with pytest.raises(RunFailed) as info:
-        run_experiment(small_config(), tmp_path, progress=False, method=faulty.FAULTY)
+        # every client fails; with the server hosting none, the failure comes from a client actor
+        run_experiment(small_config(runtime={"server_hosts_clients": False}), tmp_path, progress=False,
+                       method=faulty.FAULTY)
     line = str(info.value)
     assert "\n" not in line and line.startswith("ClientFailure: client ")
     assert "failed in round 1 during upload: ZeroDivisionError: division by zero" in line
