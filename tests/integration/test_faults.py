@@ -75,17 +75,22 @@ def test_a_client_actor_killed_at_any_moment_changes_nothing(local_ray, tmp_path
     restarted it before its clients' states are read for a checkpoint, and as they are read (3; the
     driver's stop signal asks for a checkpoint between rounds). Each time Ray restarts it, its
     clients get their residuals of the last checkpoint (every round here) and what it lost runs
-    again: the run ends exactly where the undisturbed run ends."""
+    again: the run ends exactly where the undisturbed run ends. That one runs in this process (the
+    local backend: the same arithmetic as the actors', one torch thread each, to the last bit)."""
     from functools import partial
 
     from actors.client import ClientPool
+    from fedray.executor import LocalExecutor
 
-    config = small_config(**STC, federation={"rounds": 3, "clients_per_round": 10, "architectures": {"mlp": 10}},
-                          checkpoint_every=1, runtime=FOUR_ACTORS)
-    whole = Federation(assemble(config, RayExecutor), tmp_path / "whole")
+    def config(**runtime):
+        return small_config(**STC, federation={"rounds": 3, "clients_per_round": 10, "architectures": {"mlp": 10}},
+                            checkpoint_every=1, runtime=runtime)
+
+    whole = Federation(assemble(config(backend="local", torch_threads=1), LocalExecutor), tmp_path / "whole")
     while not whole.done:
         whole.run_round()
     undisturbed = whole.finish()
+    config = config(**FOUR_ACTORS)
     pool = ClientPool(config, config.federation.client_archs())
     assert len(pool.actors) == 4  # every actor has clients in every round: a kill before one costs tasks
     kill_9(ray.get(pool.actors[0].pid.remote()))  # its process is up, its clients not yet

@@ -113,16 +113,21 @@ def test_a_failing_client_reaches_the_driver_as_one_line(local_ray, tmp_path):
 
 
 def test_stateful_stc_on_actors_resumes_exactly(local_ray, tmp_path):
-    """Residuals and model copies live on the client actors, go into the checkpoint and come back."""
+    """Residuals and model copies live on the client actors, go into the checkpoint and come back:
+    stopped after round 2 and resumed on actors, the run ends where the uninterrupted run ends, which
+    runs in this process (the local backend: the same arithmetic as the actors', to the last bit)."""
     algorithm = {"name": "stc", "p_up": 0.01, "p_down": 0.01}
     tree = {"algorithm": algorithm, "training": {"lr": 0.02, "momentum": 0.9, "batch_size": 32, "steps": 5},
-            "runtime": {"actor_cpus": 1, "clients_per_actor": "auto"}}
+            "runtime": {"actor_cpus": 1, "clients_per_actor": "auto", "torch_threads": 1}}
     config = small_config(**tree, federation={"rounds": 4}, checkpoint_every=2)
-    whole = run_experiment(config, tmp_path / "whole", progress=False)
+    whole = run_experiment(small_config(**{**tree, "runtime": {"backend": "local", "torch_threads": 1}},
+                                        federation={"rounds": 4}, checkpoint_every=2),
+                           tmp_path / "whole", progress=False)
     run_experiment(small_config(**tree, federation={"rounds": 2}, checkpoint_every=2), tmp_path / "split",
                    progress=False)
     resumed = run_experiment(config, tmp_path / "split", resume=True, progress=False)
     assert resumed["final"] == whole["final"] and resumed["comm"] == whole["comm"]
+    assert resumed["executor"]["backend"] == "ray" and whole["executor"]["backend"] == "local"
     a = read_checkpoint(tmp_path / "whole" / CHECKPOINT)
     b = read_checkpoint(tmp_path / "split" / CHECKPOINT)
     assert a["clients"].keys() == b["clients"].keys() and any("residual" in s for s in a["clients"].values())
