@@ -5,7 +5,7 @@ Federated Learning", IEEE TNNLS 2021; thesis chapter 7, Algorithms 14 and 15.
         split D_aux into D^- and D_distill                                         # aux.negatives
         server: h_0^P <- train_self_supervised(h^P, D_aux) for every prototype P   # pretrain: (SimCLR)
         client i: w_i* <- argmin_w J(w, h_0^P, D_i, D^-) + N(0, sigma^2 I)        # eqs. 7.6, 7.7, 7.13
-                  gamma_i <- max_{x in D_i u D^-} ||h_0^P(x)||;  upload w_i*, gamma_i
+                  gamma_i <- max_{x in D_i u D^-} ||h_0^P(x)||;  upload w_i*, gamma_i  # normaliser: paper
         server: s_i(x) <- sigmoid(<w_i*, h_0^P(x) / gamma_i>) + 1e-8, x in D_distill  # eq. 7.8, kept
     Alg. 15, round t:                                                              # as FedDF, with
         theta_i <- train(theta^{R[i]}, D_i), starting from h_0 in round 1            # pretrain:
@@ -18,6 +18,10 @@ sigma^2 = 8 ln(1.25/delta) / (eps^2 lambda^2 (|D_i| + |D^-|)^2) (Alg. 14; eq. 7.
 typo). The scores are computed once, from the frozen h_0, and kept for the whole run (they are in
 the checkpoint). ``regularization: code`` fits w_i as the authors' code does (sklearn C = 1/lambda:
 J with lambda / N), which spreads the scores far more (see docs/methods.md) at N times the privacy cost.
+``normaliser: public`` (the default) departs from Alg. 14 to make its privacy hold: gamma is the
+largest feature norm over the public D^- alone, and each own feature is clipped to norm 1 after
+dividing by it (:mod:`fedray.privacy.certainty` says why Alg. 14's gamma_i voids Theorem 4's bound);
+``normaliser: paper`` is Alg. 14's gamma_i, with privacy/epsilon inf.
 ``scorer`` other than ``logistic`` is thesis Fig. 7.4's ablation: those scorers are
 not private, and travel as fitted estimators; ``equal`` is FedDF with pre-training (FedDF+P) and
 skips the preparation altogether.
@@ -61,6 +65,10 @@ class FedAUXParams(FusionParams):  # no ``share``: the scores weigh whole models
     # "paper": w* minimises J (eq. 7.7) exactly; "code": the authors' sklearn C = 1/lambda, i.e. J with
     # lambda / N: much sharper scores, N times the sensitivity (privacy/epsilon reports eps N)
     regularization: Literal["paper", "code"] = "paper"
+    # the scorer's normaliser gamma: "public", the largest feature norm over the public negatives D^-,
+    # each own feature clipped to norm 1 after it (what makes Theorem 1's (eps, delta) hold); "paper",
+    # Alg. 1's gamma_i over D_i u D^-, released without noise: no guarantee (privacy/epsilon inf)
+    normaliser: Literal["public", "paper"] = "public"
     show_clients: int = Field(4, ge=0)  # rows of the figure of each client's top-scored auxiliary inputs
 
 
@@ -83,7 +91,7 @@ class FedAUXClient(FedDFClient):
         set_weights(model, theta)
         own = predict_features(model, client.x).cpu().numpy().astype(np.float64)
         p = self.params
-        extra = {"regularization": p.regularization} if p.scorer == "logistic" else {}
+        extra = {"regularization": p.regularization, "normaliser": p.normaliser} if p.scorer == "logistic" else {}
         scorer = SCORERS[p.scorer](own, np.asarray(negatives, dtype=np.float64), np.random.default_rng(task.seed),
                                    p.lam, p.eps, p.delta, **extra)
         # s_i on D_distill (eq. 7.8) and on the test set, from the scorer as released (the server's numbers)
@@ -139,7 +147,8 @@ class FedAUX(FedDF):
         self.scores: dict[int, np.ndarray] = {}  # s_i on D_distill (eq. 7.8), fixed for the run
         self.test_scores: dict[int, np.ndarray] = {}  # s_i on the test set, for the weighted-ensemble diagnostic
         n_max = max(len(c.indices) for c in ctx.clients) + (0 if ctx.negatives_x is None else len(ctx.negatives_x))
-        self.epsilon, self.delta = privacy_spent(params.scorer, params.eps, params.delta, params.regularization, n_max)
+        self.epsilon, self.delta = privacy_spent(params.scorer, params.eps, params.delta, params.regularization, n_max,
+                                                 params.normaliser)
         self.teachers: list[int] = []  # the last round's teacher clients
 
     # -- preparation (Alg. 14) -------------------------------------------------------------------
@@ -213,7 +222,8 @@ class FedAUX(FedDF):
 
     def summary(self) -> dict[str, Any]:
         return {"privacy": {"scorer": self.params.scorer, "epsilon": self.epsilon, "delta": self.delta,
-                            "lambda": self.params.lam, "regularization": self.params.regularization}}
+                            "lambda": self.params.lam, "regularization": self.params.regularization,
+                            "normaliser": self.params.normaliser}}
 
     def top_scored_figure(self, per_client: int = 8):
         """The auxiliary inputs each of a few clients scores highest (FedAUX's empirical-privacy

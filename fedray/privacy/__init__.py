@@ -5,6 +5,7 @@
 """
 
 from fedray.privacy.certainty import (
+    NORMALISERS,
     SCORERS,
     LogisticScorer,
     Scorer,
@@ -12,10 +13,11 @@ from fedray.privacy.certainty import (
     dp_certainty,
     dp_sigma,
     fit_certainty,
+    normalised,
     normaliser,
     privacy_spent,
     scorer_from_upload,
 )
 
-__all__ = ["SCORERS", "LogisticScorer", "Scorer", "certainty_scores", "dp_certainty", "dp_sigma", "fit_certainty",
-           "normaliser", "privacy_spent", "scorer_from_upload"]
+__all__ = ["NORMALISERS", "SCORERS", "LogisticScorer", "Scorer", "certainty_scores", "dp_certainty", "dp_sigma",
+           "fit_certainty", "normalised", "normaliser", "privacy_spent", "scorer_from_upload"]

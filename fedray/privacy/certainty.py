@@ -16,6 +16,15 @@ l2-sensitivity of D_i -> argmin J by 2/(lam N) for features of norm <= 1; the Ga
 that sensitivity gives the sigma above (the arXiv eq. (10) and thesis eq. 7.13 print |D_aux| in place
 of |D^-|: a typo, Alg. 1 and the TNNLS text have |D^-|).
 
+The normaliser. Theorem 1 holds the feature map fixed between neighbouring data sets, but Alg. 1's
+gamma_i is the largest norm over D_i u D^-: it moves with the client's data, and it is released
+without noise. One replaced sample of large norm rescales every feature, and w* moves far beyond
+2/(lam N) (:func:`normalised` has the numbers). So the default here, ``normaliser="public"``, takes
+gamma from the public negatives alone (h_0 and D^- are the server's, so gamma says nothing about D_i)
+and clips each own feature x/gamma to norm 1: the map is the same for all neighbours and every
+input has norm <= 1, so Theorem 1 and the (eps, delta) of eq. 12 hold. ``normaliser="paper"`` is
+Alg. 1's gamma_i; a release under it carries no guarantee (:func:`privacy_spent` says inf).
+
 Where the authors' code departs from the paper, this follows the paper: sklearn's ``C`` is 1/(lam N),
 not 1/lam (which is N times weaker regularisation, and a sensitivity N times the noise's), and there
 is no intercept (the theorem covers w alone). ``regularization="code"`` is the code's C = 1/lam.
@@ -36,33 +45,54 @@ import numpy as np
 XI = 1e-8  # xi of eq. 11: keeps every score positive
 
 
+NORMALISERS = ("public", "paper")
+
+
 # -- the DP logistic certainty score (Alg. 1, eqs. 9-12, Theorem 1) -----------------------------------
-def normaliser(own: np.ndarray, negatives: np.ndarray) -> float:
-    """gamma = max over D_i u D^- of the feature norm ||h_0(x)|| (Alg. 1), so ||x / gamma|| <= 1."""
-    return float(max(np.linalg.norm(own, axis=1).max(), np.linalg.norm(negatives, axis=1).max()))
+def normaliser(own: np.ndarray, negatives: np.ndarray, kind: str = "public") -> float:
+    """gamma: ``paper``, the largest feature norm ||h_0(x)|| over D_i u D^- (Alg. 1), so ||x / gamma||
+    <= 1 on both sets; ``public``, the largest over the public negatives D^- alone (own features are
+    then clipped, :func:`normalised`)."""
+    if kind not in NORMALISERS:
+        raise ValueError(f"normaliser must be one of {', '.join(NORMALISERS)}, not {kind!r}")
+    largest = float(np.linalg.norm(negatives, axis=1).max())
+    return largest if kind == "public" else max(float(np.linalg.norm(own, axis=1).max()), largest)
+
+
+def normalised(x: np.ndarray, gamma: float) -> np.ndarray:
+    """x / gamma, each row clipped to norm at most 1 (float64): the feature map of fit and score.
+
+    Where gamma bounds every row (Alg. 1's gamma_i on D_i u D^-) the clip changes nothing, so the
+    paper's map is this one. With the public gamma it is what makes Theorem 1 apply: the map no
+    longer depends on D_i, and a replaced sample of any norm enters with norm <= 1. (Measured in
+    ``tests/privacy/test_certainty.py``, N = 800: with Alg. 1's gamma_i recomputed on the neighbour,
+    one replaced sample of norm 20 moved w* by 15 times 2/(lam N); with the public one, 0.35 of it.)"""
+    z = np.asarray(x, dtype=np.float64) / float(gamma)
+    norms = np.linalg.norm(z, axis=1, keepdims=True) if z.ndim == 2 else np.linalg.norm(z)
+    return z / np.maximum(norms, 1.0)
 
 
 def fit_certainty(own: np.ndarray, negatives: np.ndarray, lam: float, gamma: Optional[float] = None,
-                  tol: float = 1e-10, regularization: str = "paper") -> tuple[np.ndarray, float]:
+                  tol: float = 1e-10, regularization: str = "paper", kind: str = "public") -> tuple[np.ndarray, float]:
     """The minimiser of J (eq. 9) without noise: the client's logistic "own vs negatives" head.
 
     Args:
         own: features h_0(x) of the client's data D_i, shape (n_i, d).
         negatives: features of the negative set D^-, shape (n_-, d).
         lam: lambda of J, > 0.
-        gamma: the normaliser; None computes it (:func:`normaliser`). Theorem 1 needs the same bound
-            for neighbouring data sets, so a sensitivity check holds it fixed.
+        gamma: the normaliser; None computes it (:func:`normaliser` of ``kind``).
         tol: L-BFGS gradient tolerance (on J itself, see below).
         regularization: ``paper`` minimises J; ``code`` what the authors' code minimises, J with
             lambda / N (sklearn's C = 1/lam): far sharper scores, and N times the sensitivity.
+        kind: the normaliser, ``public`` (private) or ``paper`` (Alg. 1's gamma_i); see the module.
 
     Returns:
         (w, gamma): w float64 of shape (d,).
     """
     from sklearn.linear_model import LogisticRegression
 
-    gamma = normaliser(own, negatives) if gamma is None else float(gamma)
-    x = np.vstack([own, negatives]).astype(np.float64) / gamma
+    gamma = normaliser(own, negatives, kind) if gamma is None else float(gamma)
+    x = normalised(np.vstack([own, negatives]), gamma)
     t = np.r_[np.ones(len(own)), -np.ones(len(negatives))]  # t_x: +1 own, -1 negatives
     n = len(x)
     # sklearn minimises 1/2 ||w||^2 + C sum_x l(t_x <w, x>). With C = 1/(lam N) that is
@@ -94,11 +124,12 @@ def dp_sigma(lam: float, eps: float, delta: float, n: int) -> float:
 
 def dp_certainty(own: np.ndarray, negatives: np.ndarray, lam: float, eps: float, delta: float,
                  rng: np.random.Generator, gamma: Optional[float] = None,
-                 regularization: str = "paper") -> tuple[np.ndarray, float]:
-    """The (eps, delta)-DP release of Alg. 1: argmin J + N(0, sigma^2 I) (eq. 12), and gamma.
+                 regularization: str = "paper", kind: str = "public") -> tuple[np.ndarray, float]:
+    """The release of Alg. 1: argmin J + N(0, sigma^2 I) (eq. 12), and gamma; (eps, delta)-DP with
+    ``kind="public"`` and ``regularization="paper"`` (:func:`privacy_spent`).
 
     Args:
-        own, negatives, lam, gamma, regularization: as :func:`fit_certainty` (the noise is the
+        own, negatives, lam, gamma, regularization, kind: as :func:`fit_certainty` (the noise is the
             paper's sigma either way, as in the authors' code).
         eps, delta: the privacy of the released w (:func:`dp_sigma`).
         rng: draws the noise.
@@ -106,14 +137,15 @@ def dp_certainty(own: np.ndarray, negatives: np.ndarray, lam: float, eps: float,
     Returns:
         (w_noisy, gamma).
     """
-    w, gamma = fit_certainty(own, negatives, lam, gamma, regularization=regularization)
+    w, gamma = fit_certainty(own, negatives, lam, gamma, regularization=regularization, kind=kind)
     sigma = dp_sigma(lam, eps, delta, len(own) + len(negatives))
     return w + rng.normal(0.0, sigma, size=w.shape), gamma
 
 
 def certainty_scores(w: np.ndarray, gamma: float, features: np.ndarray) -> np.ndarray:
-    """s(x) = sigmoid(<w, h_0(x)/gamma>) + xi (eq. 11), float64, one per row of ``features``."""
-    z = np.asarray(features, dtype=np.float64) @ np.asarray(w, dtype=np.float64) / float(gamma)
+    """s(x) = sigmoid(<w, h_0(x)/gamma>) + xi (eq. 11), float64, one per row of ``features``; h_0(x)/gamma
+    clipped to norm 1 as in the fit (:func:`normalised`)."""
+    z = normalised(features, gamma) @ np.asarray(w, dtype=np.float64)
     return _sigmoid(z) + XI
 
 
@@ -230,9 +262,11 @@ def _seed(rng: np.random.Generator) -> int:
     return int(rng.integers(2**31 - 1))
 
 
-def fit_logistic(own, negatives, rng, lam, eps, delta, regularization: str = "paper") -> LogisticScorer:
-    """The DP logistic scorer of Alg. 1 ((eps, delta)-private; ``regularization``: :func:`fit_certainty`)."""
-    w, gamma = dp_certainty(own, negatives, lam, eps, delta, rng, regularization=regularization)
+def fit_logistic(own, negatives, rng, lam, eps, delta, regularization: str = "paper",
+                 normaliser: str = "public") -> LogisticScorer:
+    """The DP logistic scorer of Alg. 1 (``regularization``, ``normaliser``: :func:`fit_certainty`'s
+    ``regularization`` and ``kind``; what it spends: :func:`privacy_spent`)."""
+    w, gamma = dp_certainty(own, negatives, lam, eps, delta, rng, regularization=regularization, kind=normaliser)
     return LogisticScorer(w, np.asarray(gamma, dtype=np.float64))
 
 
@@ -315,14 +349,18 @@ def scorer_from_upload(payload: Any) -> Scorer:
 
 
 def privacy_spent(name: str, eps: float, delta: float, regularization: str = "paper",
-                  n_max: int = 1) -> tuple[float, float]:
+                  n_max: int = 1, normaliser: str = "public") -> tuple[float, float]:
     """(eps, delta) that releasing a ``name`` scorer costs each client: the logistic one's (eps, delta);
     ``equal`` and ``random`` (0, 0), they release nothing about the data; the others are not private
     (inf, 1). The logistic scorer fitted with ``regularization: code`` has N times the sensitivity the
     noise is scaled to, so it spends eps N, N = ``n_max`` the largest |D_i| + |D^-| (a bound that
-    says little once eps N > 1, where the Gaussian mechanism's analysis no longer holds)."""
+    says little once eps N > 1, where the Gaussian mechanism's analysis no longer holds). Under
+    ``normaliser: paper`` gamma_i is released without noise and the map moves with D_i, so no
+    guarantee is known: (inf, 1)."""
     if name not in SCORERS:
         raise KeyError(f"unknown scorer {name!r}; known: {', '.join(SCORERS)}")
+    if name == "logistic" and normaliser == "paper":
+        return math.inf, 1.0
     if name == "logistic":
         return float(eps) * (n_max if regularization == "code" else 1), float(delta)
     if name in ("equal", "random"):

@@ -61,7 +61,7 @@ def test_preparation_scores_every_client_once_and_counts_its_bytes(tmp_path):
     assert "distill/weighted_ensemble_accuracy" in metrics[-1]
     summary = fed.finish()
     assert summary["privacy"] == {"scorer": "logistic", "epsilon": 10.0, "delta": 1e-5, "lambda": 0.1,
-                                  "regularization": "paper"}
+                                  "regularization": "paper", "normaliser": "public"}
     assert json.loads((tmp_path / "run" / "result.json").read_text())["privacy"]["epsilon"] == 10.0
 
 
@@ -75,6 +75,18 @@ def test_the_codes_regularisation_spreads_the_scores_and_reports_its_true_epsilo
     # its sensitivity is 2/lambda, N times what the noise is scaled to: eps N, N the largest |D_i| + |D^-|
     n_max = max(len(c.indices) for c in code.experiment.clients) + len(code.experiment.data.negatives_x)
     assert code.strategy.epsilon == pytest.approx(10.0 * n_max) and paper.strategy.epsilon == 10.0
+
+
+def test_the_papers_normaliser_uploads_gamma_i_and_reports_no_guarantee(tmp_path):
+    public, _ = run(config(tmp_path, {"name": "fedaux", "eps": 10.0}), tmp_path / "public", rounds=0)
+    paper, _ = run(config(tmp_path, {"name": "fedaux", "eps": 10.0, "normaliser": "paper"}), tmp_path / "paper", rounds=0)
+    assert paper.strategy.epsilon == np.inf and paper.strategy.delta == 1.0 and public.strategy.epsilon == 10.0
+    assert dict(read_scalars(tmp_path / "paper")["privacy/epsilon"])[0] == np.inf
+    assert paper.finish()["privacy"]["normaliser"] == "paper"
+    # the maps differ for a client with features larger than the negatives' (gamma_i is then its own
+    # largest norm; 5 of the 6 clients here): different scores
+    same = [np.array_equal(paper.strategy.scores[c], public.strategy.scores[c]) for c in public.strategy.scores]
+    assert not all(same), same
 
 
 def test_equal_scores_are_feddf_with_pretraining_bit_for_bit(tmp_path):
