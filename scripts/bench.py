@@ -29,14 +29,18 @@ plain loop's 2 torch threads and a worker's or an actor's 1, so the final accura
 0.001). fedray's ratios are given against the floor first (the cost of the framework over a careful
 hand-written use of these cores) and against the plain loop beside them. Each side is one command in
 its own process. Wall time runs from starting the command to its exit (interpreter start, imports,
-worker starts, ``ray.init`` and every actor's start included). Peak memory is the peak of the summed
-proportional set size (PSS) of the command's process and all its descendants (for the floor: the
-parent, labelled "driver", its workers and multiprocessing's resource tracker; for fedray: the
-driver, Ray's daemons and every actor), sampled every 0.2 s, with the split by process at the peak.
+worker starts, ``ray.init`` and every actor's start included), in runs with nothing watching them.
+Peak memory is the peak of the summed proportional set size (PSS) of the command's process and all
+its descendants (for the floor: the parent, labelled "driver", its workers and multiprocessing's
+resource tracker; for fedray: the driver, Ray's daemons and every actor), sampled every 0.2 s, with
+the split by process at the peak, in runs of its own (``--memory-runs``, 1 by default): sampling
+costs fedray's seven processes more time than the floor's three, so a sampled run's wall time is
+not a fair one.
 
     python scripts/bench.py                      # the default workloads, a table each
     python scripts/bench.py --only w1,w2 --json out.json
     python scripts/bench.py --only w2 --repeat 3   # three runs of each side, alternating; medians
+    python scripts/bench.py --only w1 --repeat 5 --sides floor,fedray   # fedray against the floor only
     python scripts/bench.py --part k3000 --floor   # one side alone (its RESULT line), e.g. the floor
 """
 
@@ -331,25 +335,42 @@ def run_floor(config) -> dict:
     return {"accuracy": accuracy, "round_s": round_s, "workers": len(workers)}
 
 
-def measure(command: list[str], env: dict | None = None) -> tuple[dict, subprocess.CompletedProcess]:
-    """Run ``command``; its wall time and peak summed PSS (with the split by process at the peak)."""
+def measure(command: list[str], sample: bool) -> tuple[dict, subprocess.CompletedProcess]:
+    """Run ``command``; its wall time, and with ``sample`` its peak summed PSS (with the split by
+    process at the peak). The sampler reads every process's page tables five times a second, which
+    costs a command of many processes (fedray's seven) more of the cores than one of few (the
+    floor's three): W1 took 129-140 s sampled and 100-103 s not. So times come from runs without it
+    (``sample=False``) and peak memory from runs of their own (see ``with_memory``)."""
     start_epoch, start = time.time(), time.perf_counter()
-    proc = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            env={**os.environ, **(env or {})})
-    with PeakMemory(proc.pid) as mem:
+    proc = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    if sample:
+        with PeakMemory(proc.pid) as mem:
+            out, err = proc.communicate()
+    else:
         out, err = proc.communicate()
     wall = time.perf_counter() - start
     done = subprocess.CompletedProcess(command, proc.returncode, out, err)
     if proc.returncode != 0:
         sys.exit(f"{' '.join(command)} failed:\n{err[-3000:]}")
-    return {"wall_s": wall, "start_epoch": start_epoch, "peak_mem_mb": mem.peak / 2**20,
-            "mem_split_mb": {k: v / 2**20 for k, v in sorted(mem.split.items(), key=lambda kv: -kv[1])}}, done
+    result = {"wall_s": wall, "start_epoch": start_epoch}
+    if sample:
+        result.update(peak_mem_mb=mem.peak / 2**20,
+                      mem_split_mb={k: v / 2**20 for k, v in sorted(mem.split.items(), key=lambda kv: -kv[1])})
+    return result, done
 
 
-def side_plain(workload: str, overrides: list[str], device: str = "cpu", floor: bool = False) -> dict:
+def with_memory(timed: dict, sampled: dict) -> dict:
+    """A timed run's result with the peak memory of a sampled run of the same side (whose own wall
+    time is kept as ``sampled_wall_s``)."""
+    return {**timed, "peak_mem_mb": sampled["peak_mem_mb"], "mem_split_mb": sampled["mem_split_mb"],
+            "sampled_wall_s": sampled["wall_s"]}
+
+
+def side_plain(workload: str, overrides: list[str], device: str = "cpu", floor: bool = False,
+               sample: bool = False) -> dict:
     """The plain loop (or, with ``floor``, the multi-process floor) as its own measured command."""
     result, done = measure([sys.executable, __file__, "--part", workload, "--device", device,
-                            *(["--floor"] if floor else []), *overrides])
+                            *(["--floor"] if floor else []), *overrides], sample)
     line = next(l for l in done.stdout.splitlines() if l.startswith("RESULT "))
     return {**result, **json.loads(line[len("RESULT "):])}
 
@@ -358,7 +379,7 @@ def side_plain(workload: str, overrides: list[str], device: str = "cpu", floor: 
 GPU_OVERRIDES = ["runtime.device=cuda", "runtime.actor_gpus=0.2", "runtime.server_gpus=0.2"]
 
 
-def side_fedray(workload: str, overrides: list[str], device: str = "cpu") -> dict:
+def side_fedray(workload: str, overrides: list[str], device: str = "cpu", sample: bool = False) -> dict:
     if device != "cpu":
         overrides = [*overrides, *GPU_OVERRIDES]
     from fedray.tracking import read_scalars
@@ -367,7 +388,7 @@ def side_fedray(workload: str, overrides: list[str], device: str = "cpu") -> dic
     with tempfile.TemporaryDirectory() as tmp:
         run_dir = Path(tmp) / "run"
         result, done = measure([sys.executable, "-m", "fedray.cli", "run", str(ROOT / "configs" / CONFIGS[workload]), *overrides,
-                                "--run-dir", str(run_dir), "--no-progress"])
+                                "--run-dir", str(run_dir), "--no-progress"], sample)
         summary = json.loads((run_dir / "result.json").read_text())
         scalars = read_scalars(run_dir)
         acc = EventAccumulator(str(run_dir), size_guidance={"scalars": 0})
@@ -401,39 +422,56 @@ def hosts(fedray: dict) -> str:
 
 
 RATIOS = ("time_ratio_floor", "memory_ratio_floor", "time_ratio_plain", "memory_ratio_plain")
+SIDES = ("plain", "floor", "fedray")
 
 
-def ratios(plain: dict, floor: dict | None, fedray: dict) -> dict:
-    """fedray's wall time and peak memory over the floor's and over the plain loop's."""
-    out = {"time_ratio_floor": None, "memory_ratio_floor": None}
-    if floor:
-        out = {"time_ratio_floor": fedray["wall_s"] / floor["wall_s"],
-               "memory_ratio_floor": fedray["peak_mem_mb"] / floor["peak_mem_mb"]}
-    return {**out, "time_ratio_plain": fedray["wall_s"] / plain["wall_s"],
-            "memory_ratio_plain": fedray["peak_mem_mb"] / plain["peak_mem_mb"]}
+def run_side(side: str, workload: str, overrides: list[str], device: str, sample: bool) -> dict:
+    if side == "fedray":
+        return side_fedray(workload, overrides, device, sample)
+    return side_plain(workload, overrides, device, floor=side == "floor", sample=sample)
 
 
-def paired(workload: str, repeat: int, device: str) -> dict:
-    """``repeat`` runs of each side, alternating plain, floor and fedray so that all see the same load
-    on the machine; the ratios of each repeat, their medians, and the repeat with the median time
-    ratio against the floor (against the plain loop where there is no floor: on a GPU)."""
+def ratios(plain: dict | None, floor: dict | None, fedray: dict) -> dict:
+    """fedray's wall time and peak memory over the floor's and over the plain loop's (None where a
+    side did not run, or where a run has no memory measured)."""
+    out = {}
+    for name, base in (("floor", floor), ("plain", plain)):
+        out[f"time_ratio_{name}"] = fedray["wall_s"] / base["wall_s"] if base else None
+        out[f"memory_ratio_{name}"] = (fedray["peak_mem_mb"] / base["peak_mem_mb"]
+                                       if base and "peak_mem_mb" in base and "peak_mem_mb" in fedray else None)
+    return {r: out[r] for r in RATIOS}
+
+
+def paired(workload: str, repeat: int, device: str, sides: tuple[str, ...] = SIDES, memory_runs: int = 1) -> dict:
+    """``repeat`` timed runs of each side, alternating the sides so that all see the same load on the
+    machine; the first ``memory_runs`` repeats are each followed by one sampled run of every side,
+    for peak memory (``measure``). Returns each repeat's ratios, their medians, and the repeat with
+    the median time ratio against the floor (against the plain loop where there is no floor: on a
+    GPU) with its tables."""
+    if device != "cpu":
+        sides = tuple(s for s in sides if s != "floor")  # the floor is CPU only
     runs = []
-    for _ in range(repeat):
-        plain = side_plain(workload, [], device)
-        floor = side_plain(workload, [], floor=True) if device == "cpu" else None  # the floor is CPU only
-        fedray = side_fedray(workload, [], device)
-        runs.append({"plain": plain, "floor": floor, "fedray": fedray, **ratios(plain, floor, fedray)})
-        print_table(workload, plain, floor, fedray)
+    for i in range(repeat):
+        run = {side: run_side(side, workload, [], device, sample=False) for side in sides}
+        if i < memory_runs:
+            run = {side: with_memory(result, run_side(side, workload, [], device, sample=True))
+                   for side, result in run.items()}
+        run = {side: run.get(side) for side in SIDES}
+        runs.append({**run, **ratios(run["plain"], run["floor"], run["fedray"])})
+        print_table(workload, run["plain"], run["floor"], run["fedray"])
         sys.stdout.flush()
-    key = "time_ratio_floor" if runs[0]["floor"] else "time_ratio_plain"
-    median = {r: float(statistics.median(run[r] for run in runs)) if runs[0][r] is not None else None
-              for r in RATIOS}
+    median = {}
+    for r in RATIOS:
+        values = [run[r] for run in runs if run[r] is not None]
+        median[r] = float(statistics.median(values)) if values else None
+    key = "time_ratio_floor" if median["time_ratio_floor"] is not None else "time_ratio_plain"
     middle = min(runs, key=lambda run: abs(run[key] - median[key]))  # its tables go in the JSON
-    out = {**middle, **median}
+    out = {**middle, **median, "memory_runs": min(memory_runs, repeat)}
     if repeat > 1:
         shown = [r for r in RATIOS if median[r] is not None]
-        for r in shown:  # time_ratio_floor -> time_ratios_floor: each repeat's
-            out[r.replace("ratio", "ratios")] = [run[r] for run in runs]
+        for r in shown:  # time_ratio_floor -> time_ratios_floor: each repeat's (memory: each measured)
+            out[r.replace("ratio", "ratios")] = [run[r] for run in runs if run[r] is not None]
+        out["wall_s"] = {side: [run[side]["wall_s"] for run in runs] for side in sides}
         out["first_round_s"] = [run["fedray"]["first_round_s"] for run in runs]
         listed = "; ".join(f"fedray / {r.split('_')[2]} {r.split('_')[0]} "
                            f"{', '.join(f'{x:.3f}' for x in out[r.replace('ratio', 'ratios')])} "
@@ -443,45 +481,52 @@ def paired(workload: str, repeat: int, device: str) -> dict:
     return out
 
 
-def print_table(name: str, plain: dict, floor: dict | None, fedray: dict) -> None:
+def print_table(name: str, plain: dict | None, floor: dict | None, fedray: dict) -> None:
+    """One repeat's sides: wall time of the timed run, peak memory of the sampled run (if any)."""
+    def row(label: str, r: dict, tail: str = "") -> str:
+        mem = f"{r['peak_mem_mb']:9.0f}" if "peak_mem_mb" in r else f"{'-':>9}"
+        return f"{label:8} {r['wall_s']:8.1f} {mem} {r['accuracy']:9.4f}  {tail}"
+
     print(f"\n{name}")
     print(f"{'':8} {'wall s':>8} {'peak MB':>9} {'accuracy':>9}  first round ends at")
-    print(f"{'plain':8} {plain['wall_s']:8.1f} {plain['peak_mem_mb']:9.0f} {plain['accuracy']:9.4f}")
+    if plain:
+        print(row("plain", plain))
     if floor:
-        print(f"{'floor':8} {floor['wall_s']:8.1f} {floor['peak_mem_mb']:9.0f} {floor['accuracy']:9.4f}  "
-              f"({floor['workers']} worker processes)")
-    print(f"{'fedray':8} {fedray['wall_s']:8.1f} {fedray['peak_mem_mb']:9.0f} {fedray['accuracy']:9.4f}  "
-          f"{fedray['first_round_s']:.1f} s  ({hosts(fedray)})")
+        print(row("floor", floor, f"({floor['workers']} worker processes)"))
+    print(row("fedray", fedray, f"{fedray['first_round_s']:.1f} s  ({hosts(fedray)})"))
     r = ratios(plain, floor, fedray)
-    against_floor = (f"ratio fedray / floor: time {r['time_ratio_floor']:.3f}, memory {r['memory_ratio_floor']:.2f}; "
-                     if floor else "")
-    print(f"{against_floor}ratio fedray / plain: time {r['time_ratio_plain']:.3f}, "
-          f"memory {r['memory_ratio_plain']:.2f}")
+    for base in ("floor", "plain"):
+        if r[f"time_ratio_{base}"] is not None:
+            memory = r[f"memory_ratio_{base}"]
+            print(f"ratio fedray / {base}: time {r[f'time_ratio_{base}']:.3f}"
+                  + (f", memory {memory:.2f}" if memory is not None else ""))
     for side, r in (("floor", floor), ("fedray", fedray)):
-        if r:
+        if r and "mem_split_mb" in r:
             print(f"{side}'s memory at its peak, MB: "
                   + ", ".join(f"{k} {v:.0f}" for k, v in r["mem_split_mb"].items()))
 
 
-def scale(device: str = "cpu") -> list[dict]:
-    """Cost per client update (rounds 2..R) as clients per round grow 10 -> 100 -> 1,000."""
+def scale(device: str = "cpu", sides: tuple[str, ...] = SIDES) -> list[dict]:
+    """Cost per client update (rounds 2..R, from a timed run) as clients per round grow 10 -> 100 ->
+    1,000, and each side's peak memory (from a sampled run)."""
+    if device != "cpu":
+        sides = tuple(s for s in sides if s != "floor")
     rows = []
     for k in SCALE_PER_ROUND:
         overrides = [f"federation.clients_per_round={k}", f"federation.rounds={SCALE_ROUNDS}",
                      f"federation.eval_every={SCALE_ROUNDS}", f"checkpoint_every={SCALE_ROUNDS}"]
-        sides = {"plain": side_plain("scale", overrides, device)}
-        if device == "cpu":
-            sides["floor"] = side_plain("scale", overrides, floor=True)
-        sides["fedray"] = side_fedray("scale", overrides, device)
+        results = {side: run_side(side, "scale", overrides, device, sample=False) for side in sides}
+        results = {side: with_memory(r, run_side(side, "scale", overrides, device, sample=True))
+                   for side, r in results.items()}
         row = {"clients_per_round": k}
-        for side, r in sides.items():
+        for side, r in results.items():
             row[f"{side}_ms_per_update"] = 1000 * sum(r["round_s"][1:]) / (k * (SCALE_ROUNDS - 1))
             row[f"{side}_peak_mem_mb"] = r["peak_mem_mb"]
         rows.append(row)
-        ms = {side: row[f"{side}_ms_per_update"] for side in sides}
-        mb = {side: row[f"{side}_peak_mem_mb"] for side in sides}
+        ms = {side: row[f"{side}_ms_per_update"] for side in results}
+        mb = {side: row[f"{side}_peak_mem_mb"] for side in results}
         against = ", ".join(f"fedray / {side} {ms['fedray'] / ms[side]:.3f}"
-                            for side in ("floor", "plain") if side in ms)
+                            for side in ("floor", "plain") if side in ms and "fedray" in ms)
         print(f"{k:5} clients/round: ms per client update {', '.join(f'{s} {v:.1f}' for s, v in ms.items())} "
               f"({against}); peak MB {', '.join(f'{s} {v:.0f}' for s, v in mb.items())}", flush=True)
     return rows
@@ -496,7 +541,11 @@ def main() -> None:
                         help="comma-separated: w1, w2, k1000, scale, k3000, k10000")
     parser.add_argument("--json", help="also write the results to this file")
     parser.add_argument("--repeat", type=int, default=1,
-                        help="runs of each side per workload (not scale); the medians are reported")
+                        help="timed runs of each side per workload (not scale); the medians are reported")
+    parser.add_argument("--memory-runs", type=int, default=1,
+                        help="of the repeats, how many are followed by a sampled run of each side for peak memory")
+    parser.add_argument("--sides", default=",".join(SIDES),
+                        help="comma-separated sides to run: plain, floor, fedray (fedray always runs)")
     parser.add_argument("--device", default="cpu", choices=["cpu", "cuda"],
                         help="cuda: the plain loop on the GPU; fedray with 4 client actors and the server sharing it")
     args = parser.parse_args()
@@ -505,13 +554,18 @@ def main() -> None:
         result = run_floor(config) if args.floor else run_plain(config, args.device)
         print("RESULT " + json.dumps(result), flush=True)
         return
-    results = {"machine": machine(args.device), "device": args.device}
+    sides = tuple(s for s in SIDES if s in args.sides.split(",") or s == "fedray")
+    unknown = set(args.sides.split(",")) - set(SIDES)
+    if unknown:
+        parser.error(f"--sides: unknown {', '.join(sorted(unknown))}; choose from {', '.join(SIDES)}")
+    results = {"machine": machine(args.device), "device": args.device, "sides": list(sides),
+               "method": "times from runs without the memory sampler; peak memory from sampled runs of their own"}
     print(f"on {results['machine']}", flush=True)
     for workload in args.only.split(","):
         if workload == "scale":
-            results["scale"] = scale(args.device)
+            results["scale"] = scale(args.device, sides)
             continue
-        results[workload] = paired(workload, args.repeat, args.device)
+        results[workload] = paired(workload, args.repeat, args.device, sides, args.memory_runs)
     if args.json:
         Path(args.json).write_text(json.dumps(results, indent=2))
 
