@@ -140,8 +140,9 @@ def check_new_run_dir(run_dir: Path, what: str) -> None:
 def check_resume(run_dir: Path, config: Config, rounds_given: bool = False) -> Optional[int]:
     """The round a resume of ``run_dir`` with ``config`` starts from: its checkpoint's (intact,
     written with this config), or None for a run that stopped before its first checkpoint (it
-    starts again). Refused when ``federation.rounds`` would not take the run past the checkpoint;
-    ``rounds_given``: the count came from ``--rounds``."""
+    starts again). Refused when ``federation.rounds`` would not take the run past the checkpoint,
+    unless the checkpoint is of the last round and the run has no ``result.json`` (it stopped before
+    writing it: the resume only finishes it); ``rounds_given``: the count came from ``--rounds``."""
     from fedray.checkpoint import CheckpointError, verify_checkpoint
 
     if not (Path(run_dir) / "config.yaml").is_file():
@@ -156,6 +157,8 @@ def check_resume(run_dir: Path, config: Config, rounds_given: bool = False) -> O
     if rounds_given and rounds < saved:
         raise ConfigError(f"--rounds {rounds} is below round {saved} of the checkpoint in {run_dir}: a resume only "
                           f"extends a run; give --rounds {saved + 1} or more")
+    if saved == rounds and not (Path(run_dir) / "result.json").exists():
+        return saved  # it stopped after its last round's checkpoint, before its summary: the resume finishes it
     if saved >= rounds:
         raise ConfigError(f"the run in {run_dir} is already at round {saved}: extend it with --rounds {saved + 1} "
                           f"or more")

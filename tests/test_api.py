@@ -76,6 +76,12 @@ def test_resume_extends_the_run(tmp_path):
     assert read_checkpoint(tmp_path / "run" / CHECKPOINT)["round"] == 3
     with pytest.raises(ConfigError, match="is already at round 3: extend it with --rounds 4"):
         fedray.resume(tmp_path / "run", progress=False)
+    # stopped after its last round's checkpoint, before its summary: a resume writes the summary
+    summary = (tmp_path / "run" / "result.json").read_text()
+    (tmp_path / "run" / "result.json").unlink()
+    finished = fedray.resume(tmp_path / "run", progress=False)
+    assert finished.summary["rounds"] == 3 and json.loads(summary)["final"] == finished.final
+    assert [s for s, _ in finished.metrics()] == [1, 2, 3]
 
 
 @pytest.mark.parametrize("overrides, message", [

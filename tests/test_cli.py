@@ -296,12 +296,14 @@ def test_plot_refuses_an_out_it_cannot_write(tmp_path, capsys):
 
 
 def finished_run(tmp_path, rounds: int):
-    """A run folder as a run of ``rounds`` rounds leaves it: its config and its checkpoint."""
+    """A run folder as a finished run of ``rounds`` rounds leaves it: its config, its checkpoint and
+    its summary (without the summary it stopped before finishing, and a resume finishes it)."""
     run_dir = tmp_path / "run"
     run_dir.mkdir()
     config = load_config(config_file(tmp_path), [f"federation.rounds={rounds}"])
     save_config(config, run_dir / "config.yaml")
     write_checkpoint(run_dir / CHECKPOINT, {"round": rounds}, config.to_dict())
+    (run_dir / "result.json").write_text("{}")
     return run_dir
 
 
