@@ -14,9 +14,9 @@ import os
 from typing import Any, Optional
 
 import ray
-from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-from actors.placement import alive_nodes, plan_actors
+from actors import places
+from actors.placement import plan_actors
 from fedray.config import Config
 
 
@@ -147,14 +147,14 @@ class ClientPool:
     handle of the ServerActor when it hosts clients too; it is then the pool's first actor."""
 
     def __init__(self, config: Config, archs: list[str], server: Optional[ray.actor.ActorHandle] = None):
-        here = ray.get_runtime_context().get_node_id()
-        self.nodes = {n.node_id: n for n in alive_nodes(ray.nodes())}
+        here = places.server_place()
+        self.nodes = {n.node_id: n for n in places.nodes()}
         self.slots = plan_actors(archs, config.runtime, list(self.nodes.values()), here, server_hosts=server is not None)
         client_actor = ray.remote(concurrency_groups=HOST_GROUPS)(ClientActor)
         self.actors = [
             server if slot.server else client_actor.options(
                 num_cpus=slot.cpus, num_gpus=slot.gpus, max_restarts=config.runtime.actor_restarts,
-                scheduling_strategy=NodeAffinitySchedulingStrategy(node_id=slot.node_id, soft=False),
+                scheduling_strategy=places.strategy(slot.node_id),
             ).remote()
             for slot in self.slots]
 

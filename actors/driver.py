@@ -21,9 +21,8 @@ from unittest import mock
 
 import ray
 from ray.exceptions import RayActorError, RayTaskError
-from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-from actors.placement import alive_nodes
+from actors import places
 from actors.client import HOST_GROUPS
 from actors.server import ServerActor
 from actors.preflight import check_placement, check_ray, no_cluster, probe_ray, ray_address
@@ -162,11 +161,10 @@ def start_server(config: Config, method: Optional[Method], run_dir: Path, resume
     (an actor's CPUs when it hosts clients, ``runtime.server_hosts_clients``). A server or client
     actors that the cluster's nodes cannot hold are a ConfigError first (``check_placement``)."""
     rt = config.runtime
-    here = ray.get_runtime_context().get_node_id()
-    hosts = check_placement(config, alive_nodes(ray.nodes()), here)
+    here = places.server_place()  # the driver's node, or bundle 0 of a sweep trial's placement group
+    hosts = check_placement(config, places.nodes(), here)
     server = ray.remote(concurrency_groups=HOST_GROUPS)(ServerActor).options(
-        num_cpus=rt.server_request(hosts), num_gpus=rt.server_gpus,
-        scheduling_strategy=NodeAffinitySchedulingStrategy(node_id=here, soft=False),
+        num_cpus=rt.server_request(hosts), num_gpus=rt.server_gpus, scheduling_strategy=places.strategy(here),
     ).remote(config, method, str(run_dir), resume, hosts, list(observers))
     try:
         unwrap(lambda: ray.get(server.start.remote()))

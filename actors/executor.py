@@ -12,7 +12,8 @@ from typing import Any, Callable
 import ray
 from ray.exceptions import ActorUnavailableError, GetTimeoutError, RayActorError, RayError, RayTaskError
 
-from actors.placement import alive_nodes, assign_clients, hand_over
+from actors import places
+from actors.placement import assign_clients, hand_over
 from actors.client import ClientPool, HostNotSetUp, stop
 from fedray.clients import client_major
 from fedray.config import Config
@@ -392,7 +393,7 @@ class RayExecutor(Executor):
 
     def _node_left(self, i: int) -> bool:
         """Whether actor ``i``'s node has left the cluster (never the server's: it asks)."""
-        alive = {n.node_id for n in alive_nodes(ray.nodes())}
+        alive = places.alive()
         return not self.slots[i].server and self.slots[i].node_id not in alive
 
     def _saved_state(self) -> str:
@@ -405,7 +406,7 @@ class RayExecutor(Executor):
         state of the last checkpoint (``self.saved``; before the first, their initial state) and
         keep them as home clients, also when they are set up again. A line in ``self.faults`` per
         lost actor. ClientActorLost when no actor that may take the clients is left."""
-        alive = {n.node_id for n in alive_nodes(ray.nodes())}
+        alive = places.alive()
         lost = [i for i, slot in enumerate(self.slots) if not slot.server and slot.node_id not in alive]
         left = [i for i in range(len(self.actors)) if i not in lost]
         try:
@@ -487,7 +488,7 @@ class RayExecutor(Executor):
         states: dict[int, dict[str, Any]] = {}
         for part in parts:
             states.update(part)
-        here = ray.get_runtime_context().get_node_id()
+        here = places.server_place()
         self.saved = [ref if slot.node_id == here else ray.put(part)
                       for slot, ref, part in zip(self.slots, refs, parts)]
         return states
@@ -518,7 +519,7 @@ class RayExecutor(Executor):
         it ends the run when that is not plain."""
         lost = self._lost()
         ids = [c.client_id for i in lost for c in self.groups[i]]
-        alive = {n.node_id for n in alive_nodes(ray.nodes())}
+        alive = places.alive()
         gone = sorted({self._node_name(self.slots[i].node_id) for i in lost if self.slots[i].node_id not in alive})
         where = f" (node {', '.join(gone)} left the cluster)" if gone else ""
         spent = any(self.restarts[i] >= self.max_restarts for i in lost)

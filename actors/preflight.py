@@ -20,7 +20,13 @@ PROBE_SECONDS = 3.0
 
 
 def check_ray(config: Config) -> None:
-    """A cluster to join answers; a local Ray can place the server actor and the client actors."""
+    """A cluster to join answers; a local Ray can place the server actor and the client actors. In a
+    process already connected to Ray (a sweep's trial, a notebook after ``ray.init``) the run joins
+    that Ray, and ``actors.driver`` checks the placement against its nodes or the trial's bundles."""
+    import ray
+
+    if ray.is_initialized():
+        return
     address, key = ray_address(config.runtime)
     if address:
         probe_ray(address, key)
