@@ -1,7 +1,7 @@
 """fedray: federated learning on Ray and PyTorch.
 
 The Python API (``fedray.api``): :func:`load_config`, :func:`check`, :func:`run`, :func:`resume`
-and the :class:`Result` of a run. ``import fedray`` stays cheap (no torch, no Ray): the API is
+and the :class:`Result` of a run; :func:`sweep` (``fedray.sweeps``) runs a grid over seeds on Ray Tune. ``import fedray`` stays cheap (no torch, no Ray): the API is
 imported on first use.
 """
 
@@ -11,11 +11,16 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from fedray.api import Result, check, load_config, resume, run
+    from fedray.sweeps import sweep
 
-__all__ = ["Result", "check", "load_config", "resume", "run"]
+__all__ = ["Result", "check", "load_config", "resume", "run", "sweep"]
 
 
 def __getattr__(name: str) -> Any:
+    if name == "sweep":
+        from fedray.sweeps import sweep
+
+        return sweep
     if name in __all__:
         from fedray import api
 

@@ -66,6 +66,13 @@ class LocalBackend:
 
 LOCAL = LocalBackend()
 BACKENDS = {"local": "fedray.backends:LOCAL", "ray": "actors.driver:RAY"}  # runtime.backend -> module:object
+SWEEPER = "actors.sweep"  # fedray sweep's trials: Ray Tune, a placement group per trial (fedray.sweeps)
+
+
+def sweeper():
+    """The module that runs a sweep's trials (``trial_bundles``, ``run_trials``): Ray's, whichever
+    backend the trials use, since Ray Tune runs them."""
+    return importlib.import_module(SWEEPER)
 
 
 def backend(name: str) -> Backend:

@@ -62,6 +62,19 @@ def _parser() -> argparse.ArgumentParser:
     check = sub.add_parser("check", help="validate a config (and that its data set is there), run nothing")
     check.add_argument("config")
     check.add_argument("overrides", nargs="*")
+    sweep = sub.add_parser("sweep", help="run a grid of a config over seeds as Ray Tune trials (fedray.sweep)")
+    sweep.add_argument("config", help="the base YAML config")
+    sweep.add_argument("overrides", nargs="*", help="dotted overrides of the base, e.g. federation.rounds=5")
+    sweep.add_argument("--grid", action="append", default=[], metavar="KEY=V1,V2,...",
+                       help="a dotted key and its values (YAML), e.g. algorithm.name=fedavg,fedprox; repeatable")
+    sweep.add_argument("--seeds", default="0", help="seeds: 0-4 or 0,3,7 (default 0); each sets the split and the run")
+    sweep.add_argument("--hold", action="append", default=[], choices=["split", "run"],
+                       help="keep the base config's split (or run seed) for every seed")
+    sweep.add_argument("--out", help="the sweep's folder (default: OUTPUT_DIR/NAME-sweep); run again to resume")
+    sweep.add_argument("--trial-cpus", type=float, help="CPUs of each trial (default: one client actor's)")
+    sweep.add_argument("--trial-gpus", type=float, default=0.0, help="GPUs of each trial")
+    sweep.add_argument("--max-concurrent", type=int, help="at most this many trials at once")
+    sweep.add_argument("--no-progress", action="store_true", help="no Tune status table")
     methods = sub.add_parser("methods", help="list the methods (algorithm.name) and their parameters")
     methods.add_argument("--json", action="store_true", help="as JSON")
     sub.add_parser("schema", help="print the config's JSON schema")
@@ -113,6 +126,49 @@ def _schema(args) -> int:
     return 0
 
 
+def _seeds(text: str) -> list[int]:
+    """``0-4`` -> [0, 1, 2, 3, 4]; ``0,3,7`` -> [0, 3, 7]."""
+    seeds = []
+    try:
+        for part in text.split(","):
+            first, _, last = part.partition("-")
+            seeds += list(range(int(first), int(last) + 1)) if last else [int(first)]
+    except ValueError:
+        raise ConfigError(f"--seeds {text!r}: give a range like 0-4 or a list like 0,3,7") from None
+    return seeds
+
+
+def _grid(items: list[str]) -> dict[str, list]:
+    """``["training.lr=0.05,0.1"]`` -> ``{"training.lr": [0.05, 0.1]}`` (each value read as YAML)."""
+    import yaml
+
+    grid = {}
+    for item in items:
+        key, sep, values = item.partition("=")
+        if not sep or not key or not values:
+            raise ConfigError(f"--grid {item!r}: give KEY=V1,V2,..., e.g. algorithm.name=fedavg,fedprox")
+        grid[key] = [yaml.safe_load(v) for v in values.split(",")]
+    return grid
+
+
+def _sweep(args) -> int:
+    from fedray.sweeps import sweep
+
+    result = sweep(args.config, _grid(args.grid), _seeds(args.seeds), out=args.out, hold=args.hold,
+                   overrides=args.overrides, trial_cpus=args.trial_cpus, trial_gpus=args.trial_gpus,
+                   max_concurrent=args.max_concurrent, progress=not args.no_progress)
+    for group in result.groups:
+        point = ", ".join(f"{k}={v}" for k, v in group.items() if k not in ("seeds", "final_accuracy", "best_accuracy"))
+        measures = "; ".join(f"{m.split('_')[0]} {g['mean']:.4f}" + (f" [{g['low']:.4f}, {g['high']:.4f}]" if g["low"] is not None else "")
+                             for m, g in ((m, group[m]) for m in ("final_accuracy", "best_accuracy") if m in group))
+        print(f"{point or 'base'}: {len(group['seeds'])} seeds; {measures or 'no finished trial'}")
+    failed = [r for r in result.rows if r["status"] != "done"]
+    for row in failed:
+        print(f"fedray: trial {row['trial']} {row['status']}: {row.get('error') or ''}", file=sys.stderr)
+    print(f"trials: {result.out / 'sweep.csv'}  (tensorboard --logdir {result.out / 'trials'})")
+    return EXIT_RUN if failed else 0
+
+
 def _parse(argv: list[str] | None):
     """The arguments; ``key=value`` overrides may also follow an option (``run CFG --no-progress a=1``)."""
     parser = _parser()
@@ -145,6 +201,8 @@ def _main(argv: list[str] | None = None) -> int:
             print(f"config ok: {config.name} ({config.algorithm.name}, {config.federation.num_clients} clients, "
                   f"{config.data.dataset})")
             return 0
+        if args.command == "sweep":
+            return _sweep(args)
         if args.command == "resume":
             result = api.resume(args.run_dir, rounds=args.rounds, progress=not args.no_progress)
         else:

@@ -1,0 +1,177 @@
+"""``fedray sweep``: a grid of fedray runs over seeds, run concurrently by Ray Tune on whatever Ray is
+there (a local one it starts, ``runtime.address``/``RAY_ADDRESS``, or the cluster of a ``ray job
+submit``), one trial per run.
+
+    result = fedray.sweep("configs/quickstart.yaml", {"algorithm.name": ["fedavg", "fedprox"]},
+                          seeds=range(5), out="sweeps/prox")
+    result.rows        # one per trial: its overrides, seed, status, final and best accuracy
+    result.groups      # one per grid point: mean and 95% interval over the seeds (fedray.stats)
+
+Each trial is an ordinary run into ``OUT/trials/<name>`` (its own event files, with the config as
+hparams, so ``tensorboard --logdir OUT/trials`` shows the trials side by side in HPARAMS). The
+trials run on the Ray backend's sweeper (``actors.sweep``, named in ``fedray.backends``): Tune
+reserves a placement group per trial, bundle 0 for the server actor and one bundle per client
+actor, and the trial's actors start inside those bundles, so concurrent trials never share CPUs.
+``trial_cpus`` sets a trial's size (default: one client actor's, with the server hosting all
+clients: as many trials at once as the cluster has CPUs). This module plans, checks and sums up;
+it imports neither Ray nor the backend.
+
+Seeds. A seed sets the run's ``seed`` (initial model, client sampling, batch order) and the split's
+(``data.seed``, ``aux.seed``). ``hold=("split",)`` keeps the base config's split for every seed
+(comparisons that must see the same clients); ``hold=("run",)`` keeps its run seed.
+
+A stopped sweep is resumed by running it again with the same ``out``: a trial whose run finished
+(``result.json``) is not run again, an interrupted one resumes from its last checkpoint. The table
+of all trials is written to ``OUT/sweep.csv`` and ``OUT/sweep.json`` after every sweep.
+"""
+
+from __future__ import annotations
+
+import csv
+import itertools
+import json
+import os
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterable, Mapping, Optional, Sequence, Union
+
+import yaml
+
+from fedray.config import Config, ConfigError
+
+HOLDS = ("split", "run")
+
+
+@dataclass(frozen=True)
+class Trial:
+    """One run of the sweep: its folder name, the overrides of the base config, and its seed."""
+
+    name: str
+    overrides: dict[str, Any]
+    point: dict[str, Any]  # the grid point alone (without the seed keys)
+    seed: int
+
+
+def _value_text(value: Any) -> str:
+    text = yaml.safe_dump(value, default_flow_style=True, width=float("inf")).removesuffix("\n...\n").strip()
+    return re.sub(r"[^A-Za-z0-9_.+-]+", "_", text).strip("_") or "_"
+
+
+def plan(grid: Mapping[str, Sequence[Any]], seeds: Iterable[int], hold: Sequence[str] = ()) -> list[Trial]:
+    """The trials: every combination of the grid's values (keys in the given order), for every seed.
+
+    Raises:
+        ConfigError: an empty grid value list, no seeds, an unknown ``hold``, or a grid key that the
+            seeds set.
+    """
+    seeds = [int(s) for s in seeds]
+    if not seeds:
+        raise ConfigError("a sweep needs at least one seed")
+    unknown = [h for h in hold if h not in HOLDS]
+    if unknown:
+        raise ConfigError(f"hold {unknown[0]!r} is not one of {', '.join(HOLDS)}")
+    seeded = [k for k in (("seed",) if "run" not in hold else ()) + (("data.seed", "aux.seed") if "split" not in hold else ())]
+    for key, values in grid.items():
+        if isinstance(values, (str, bytes)) or not isinstance(values, Sequence) or not values:
+            raise ConfigError(f"grid {key!r}: give a non-empty list of values, not {values!r}")
+        if key in seeded:
+            raise ConfigError(f"grid {key!r}: the sweep's seeds set it; give seeds, or hold "
+                              f"{'run' if key == 'seed' else 'split'}")
+    trials = []
+    for combo in itertools.product(*grid.values()):
+        point = dict(zip(grid, combo))
+        for seed in seeds:
+            name = ",".join([f"{k}={_value_text(v)}" for k, v in point.items()] + [f"seed={seed}"])
+            trials.append(Trial(name, {**point, **{k: seed for k in seeded}}, point, seed))
+    return trials
+
+
+@dataclass
+class SweepResult:
+    """What a sweep left in ``out``: one row per trial and one group per grid point."""
+
+    out: Path
+    rows: list[dict[str, Any]]
+    groups: list[dict[str, Any]] = field(default_factory=list)
+
+
+def _summarise(trials: list[Trial], out: Path) -> SweepResult:
+    """The table of the trials from their run folders, and per grid point the seeds' mean final and
+    best accuracy with 95% intervals; written to ``sweep.csv`` and ``sweep.json``."""
+    from fedray.stats import interval
+
+    rows = []
+    for t in trials:
+        run_dir = out / "trials" / t.name
+        row: dict[str, Any] = {"trial": t.name, **t.point, "seed": t.seed, "run_dir": str(run_dir)}
+        result = run_dir / "result.json"
+        if result.exists():
+            summary = json.loads(result.read_text())
+            row.update(status="done", rounds=summary["rounds"],
+                       final_accuracy=summary["final"].get("eval/accuracy"), best_accuracy=summary["best_accuracy"])
+        else:
+            log = run_dir / "error.log"
+            row.update(status="failed" if log.exists() else "not run",
+                       error=log.read_text().strip().splitlines()[0] if log.exists() else None)
+        rows.append(row)
+    groups = []
+    for point, members in itertools.groupby(rows, key=lambda r: tuple((k, r[k]) for k in trials[0].point)):
+        members = [m for m in members if m["status"] == "done" and m["final_accuracy"] is not None]
+        group: dict[str, Any] = {**dict(point), "seeds": [m["seed"] for m in members]}
+        for measure in ("final_accuracy", "best_accuracy"):
+            if members:
+                i = interval([m[measure] for m in members])
+                group[measure] = {"mean": i.mean, "low": i.low if i.n > 1 else None, "high": i.high if i.n > 1 else None}
+        groups.append(group)
+    fields = list(dict.fromkeys(k for r in rows for k in r))
+    with open(out / "sweep.csv", "w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=fields)
+        writer.writeheader()
+        writer.writerows(rows)
+    (out / "sweep.json").write_text(json.dumps({"trials": rows, "groups": groups}, indent=2))
+    return SweepResult(out, rows, groups)
+
+
+def sweep(source: Union[str, os.PathLike, Mapping, Config], grid: Optional[Mapping[str, Sequence[Any]]] = None,
+          seeds: Iterable[int] = (0,), *, out: Union[str, os.PathLike, None] = None, hold: Sequence[str] = (),
+          overrides: Any = None, trial_cpus: Optional[float] = None, trial_gpus: float = 0.0,
+          max_concurrent: Optional[int] = None, progress: bool = True) -> SweepResult:
+    """Run the grid ``grid`` (dotted key -> list of values) of the config ``source`` (with
+    ``overrides``) for every seed of ``seeds``, as Ray Tune trials; see the module.
+
+    Raises:
+        ConfigError: a bad grid, seed setting or trial config (every trial's config is checked
+            before any runs), a trial that does not fit ``trial_cpus``/``trial_gpus``, or an ``out``
+            that holds another sweep.
+    """
+    from fedray import api, preflight
+    from fedray.backends import sweeper
+
+    base = api.load_config(source, overrides)
+    trials = plan(dict(grid or {}), seeds, hold)
+    configs = {t.name: api.load_config(base, t.overrides) for t in trials}  # every trial's config is valid
+    if base.runtime.backend == "local" and base.runtime.torch_threads is None:
+        # a local trial trains in its own process, on the CPUs of its bundle: not the machine's
+        threads = max(1, int(trial_cpus or 1))
+        configs = {name: api.load_config(c, {"runtime.torch_threads": threads}) for name, c in configs.items()}
+    for config in {c.data.dataset: c for c in configs.values()}.values():
+        preflight.check_data(config)
+    runner = sweeper()  # the Ray backend's: Ray Tune, a placement group per trial
+    resources = {name: runner.trial_bundles(c, trial_cpus, trial_gpus) for name, c in configs.items()}
+    out = Path(out if out is not None else Path(base.output_dir) / f"{base.name}-sweep").resolve()
+    (out / "trials").mkdir(parents=True, exist_ok=True)
+    marker = out / "sweep.yaml"
+    spec = {"base": base.to_dict(), "grid": {k: list(v) for k, v in (grid or {}).items()},
+            "seeds": sorted({t.seed for t in trials}), "hold": list(hold)}
+    if marker.exists() and yaml.safe_load(marker.read_text()) != yaml.safe_load(yaml.safe_dump(spec)):
+        raise ConfigError(f"{out} holds another sweep (its sweep.yaml differs): give another out, or the same "
+                          f"config, grid, seeds and hold to resume it")
+    marker.write_text(yaml.safe_dump(spec, sort_keys=False))
+    todo = [t for t in trials if not (out / "trials" / t.name / "result.json").exists()]
+    if todo:
+        runner.run_trials(base.runtime, {t.name: configs[t.name] for t in todo}, resources, out, max_concurrent, progress)
+    return _summarise(trials, out)
+
+
+__all__ = ["SweepResult", "Trial", "plan", "sweep"]

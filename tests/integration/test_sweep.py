@@ -1,0 +1,91 @@
+"""fedray sweep on a real local Ray through Ray Tune: trials in placement groups, at once, seeded
+splits, the results table, and a stopped sweep resumed without running its finished trials again."""
+
+import csv
+import json
+import shutil
+
+import pytest
+import yaml
+
+from fedray import api
+from fedray.config import ConfigError
+from fedray.sweeps import sweep
+from tests.integration.conftest import small_config
+
+pytestmark = pytest.mark.integration
+
+GRID = {"training.lr": [0.02, 0.05]}
+
+
+def base():
+    return small_config(federation={"num_clients": 6, "clients_per_round": 3, "rounds": 2, "architectures": {"mlp": 6}},
+                        data={"dataset": "fashion_mnist", "train_limit": 3000, "test_limit": 1000},
+                        runtime={"torch_threads": 1})
+
+
+def span(run_dir):
+    """When a trial's run started (its config written) and ended (its result written)."""
+    return (run_dir / "config.yaml").stat().st_mtime, (run_dir / "result.json").stat().st_mtime
+
+
+def test_a_sweep_runs_its_trials_at_once_in_their_groups_and_resumes(local_ray, tmp_path):
+    out = tmp_path / "sweep"
+    result = sweep(base(), GRID, seeds=[0, 1], out=out, progress=False)
+    assert [r["status"] for r in result.rows] == ["done"] * 4
+    trials = {r["trial"]: out / "trials" / r["trial"] for r in result.rows}
+    for name, run_dir in trials.items():
+        summary = json.loads((run_dir / "result.json").read_text())
+        # one 1-CPU bundle per trial, the server hosting the 6 clients inside it
+        assert summary["executor"]["actors_per_node"] == {"trial/bundle:0": 1}
+        cfg = yaml.safe_load((run_dir / "config.yaml").read_text())
+        seed = int(name.rsplit("=", 1)[1])
+        assert (cfg["seed"], cfg["data"]["seed"], cfg["aux"]["seed"]) == (seed, seed, seed)
+        assert cfg["training"]["lr"] == float(name.split(",")[0].split("=")[1])
+    # 1-CPU trials on 2 CPUs: two run at once
+    spans = sorted(span(d) for d in trials.values())
+    assert any(b_start < a_end for (_, a_end), (b_start, _) in zip(spans, spans[1:]))
+    # a trial is an ordinary run: the same config run in-process gives the same model, to the last bit
+    name = "training.lr=0.05,seed=1"
+    alone = api.run(base(), {"training.lr": 0.05, "seed": 1, "data.seed": 1, "aux.seed": 1, "runtime.backend": "local"},
+                    run_dir=tmp_path / "alone", progress=False)
+    assert result.rows[3]["trial"] == name and result.rows[3]["final_accuracy"] == alone.final["eval/accuracy"]
+    # the table: a row per trial, a group per grid point with the seeds' mean and interval
+    with open(out / "sweep.csv") as f:
+        assert [row["trial"] for row in csv.DictReader(f)] == list(trials)
+    group = json.loads((out / "sweep.json").read_text())["groups"][1]
+    assert group["training.lr"] == 0.05 and group["seeds"] == [0, 1]
+    accs = [r["final_accuracy"] for r in result.rows[2:]]
+    assert group["final_accuracy"]["mean"] == pytest.approx(sum(accs) / 2)
+    assert group["final_accuracy"]["low"] < min(accs) <= max(accs) < group["final_accuracy"]["high"]
+
+    # stopped: one trial never ran, another stopped after its last checkpoint; the rest finished
+    shutil.rmtree(trials["training.lr=0.02,seed=0"])
+    (trials["training.lr=0.02,seed=1"] / "result.json").unlink()
+    untouched = {n: span(d) for n, d in trials.items() if n.startswith("training.lr=0.05")}
+    again = sweep(base(), GRID, seeds=[0, 1], out=out, progress=False)
+    assert [r["status"] for r in again.rows] == ["done"] * 4
+    assert {n: span(trials[n]) for n in untouched} == untouched  # not run again
+    assert [r["final_accuracy"] for r in again.rows] == [r["final_accuracy"] for r in result.rows]  # bit for bit
+    # another grid in the same folder is refused before anything runs
+    with pytest.raises(ConfigError, match="holds another sweep"):
+        sweep(base(), {"training.lr": [0.1]}, seeds=[0, 1], out=out, progress=False)
+
+
+def test_local_backend_trials_train_in_their_own_process_on_their_cpus(local_ray, tmp_path):
+    config = base().to_dict()
+    config["runtime"] = {"backend": "local"}
+    result = sweep(config, {"training.lr": [0.05]}, seeds=[1], out=tmp_path / "local", progress=False)
+    run_dir = tmp_path / "local" / "trials" / "training.lr=0.05,seed=1"
+    assert yaml.safe_load((run_dir / "config.yaml").read_text())["runtime"]["torch_threads"] == 1
+    assert json.loads((run_dir / "result.json").read_text())["executor"]["backend"] == "local"
+    # the same model as the Ray trial of the same config and seed (one torch thread on both)
+    alone = api.run(base(), {"training.lr": 0.05, "seed": 1, "data.seed": 1, "aux.seed": 1},
+                    run_dir=tmp_path / "alone", progress=False)
+    assert result.rows[0]["final_accuracy"] == alone.final["eval/accuracy"]
+
+
+def test_a_bad_trial_config_is_refused_before_anything_runs(local_ray, tmp_path):
+    with pytest.raises(ConfigError, match="training.lr"):
+        sweep(base(), {"training.lr": [0.05, -1]}, seeds=[0], out=tmp_path / "bad", progress=False)
+    assert not (tmp_path / "bad").exists()

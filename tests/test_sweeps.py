@@ -1,0 +1,69 @@
+"""fedray.sweeps and actors.sweep without running Ray: the trials of a grid over seeds, the placement group of a trial, and
+the CLI's grid and seed arguments."""
+
+import pytest
+
+from fedray.cli import _grid, _seeds
+from fedray.config import ConfigError, build_config
+from actors.sweep import trial_bundles
+from fedray.sweeps import plan
+
+
+def test_plan_crosses_the_grid_with_the_seeds_and_seeds_split_and_run():
+    trials = plan({"training.lr": [0.05, 0.1], "algorithm.name": ["fedavg"]}, [0, 2])
+    assert [t.name for t in trials] == ["training.lr=0.05,algorithm.name=fedavg,seed=0",
+                                        "training.lr=0.05,algorithm.name=fedavg,seed=2",
+                                        "training.lr=0.1,algorithm.name=fedavg,seed=0",
+                                        "training.lr=0.1,algorithm.name=fedavg,seed=2"]
+    assert trials[1].overrides == {"training.lr": 0.05, "algorithm.name": "fedavg", "seed": 2, "data.seed": 2, "aux.seed": 2}
+    assert trials[1].point == {"training.lr": 0.05, "algorithm.name": "fedavg"} and trials[1].seed == 2
+    # hold the split: every seed sees the base config's clients; hold the run: only the split moves
+    assert plan({}, [3], hold=["split"])[0].overrides == {"seed": 3}
+    assert plan({}, [3], hold=["run"])[0].overrides == {"data.seed": 3, "aux.seed": 3}
+    assert plan({"data.alpha": [{"a": 1}, "x y"]}, [0])[0].name == "data.alpha=a_1,seed=0"
+
+
+@pytest.mark.parametrize("grid, seeds, hold, message", [
+    ({"training.lr": []}, [0], (), "grid 'training.lr': give a non-empty list of values"),
+    ({"training.lr": "0.1"}, [0], (), "grid 'training.lr': give a non-empty list"),
+    ({"seed": [1, 2]}, [0], (), "grid 'seed': the sweep's seeds set it; give seeds, or hold run"),
+    ({"data.seed": [1, 2]}, [0], (), "grid 'data.seed': the sweep's seeds set it; give seeds, or hold split"),
+    ({}, [], (), "a sweep needs at least one seed"),
+    ({}, [0], ("model",), "hold 'model' is not one of split, run"),
+])
+def test_plan_refuses_what_cannot_be_swept(grid, seeds, hold, message):
+    with pytest.raises(ConfigError, match=message):
+        plan(grid, seeds, hold)
+    assert plan({"seed": [1, 2]}, [0], hold=["run"])[1].overrides["seed"] == 2  # held: the grid may set it
+
+
+def config(**runtime):
+    return build_config({"federation": {"num_clients": 10, "clients_per_round": 4, "rounds": 1,
+                                        "architectures": {"mlp": 10}}, "runtime": runtime})
+
+
+def test_a_trials_bundles_are_the_server_then_one_per_client_actor():
+    # one client actor's CPUs: the server hosts every client, one bundle
+    assert trial_bundles(config()) == [{"CPU": 1.0}]
+    # 3 CPUs: the server (hosting a share) and two client actors
+    assert trial_bundles(config(), 3) == [{"CPU": 1.0}, {"CPU": 1.0}, {"CPU": 1.0}]
+    assert trial_bundles(config(actor_cpus=0.5), 2) == [{"CPU": 0.5}] * 4
+    # GPU shares: the server hosts no clients; its bundle is a token, each actor asks for CPU and GPU
+    assert trial_bundles(config(actor_gpus=0.5, device="cuda"), 2, 1) == [{"CPU": 0.01}, {"CPU": 1.0, "GPU": 0.5},
+                                                                          {"CPU": 1.0, "GPU": 0.5}]
+    # the local backend: the trial's own process runs the loop, one bundle of its CPUs
+    assert trial_bundles(config(backend="local")) == [{"CPU": 1.0}]
+    assert trial_bundles(config(backend="local", torch_threads=2)) == [{"CPU": 2.0}]
+    assert trial_bundles(config(backend="local"), 3) == [{"CPU": 3.0}]
+    with pytest.raises(ConfigError, match="a trial of 2 CPUs and 0 GPUs: 10 client actors x 1 CPUs do not fit"):
+        trial_bundles(config(clients_per_actor=1, server_hosts_clients=False), 2)
+
+
+def test_the_clis_grid_and_seeds():
+    assert _grid(["training.lr=0.05,0.1", "algorithm.name=fedavg,fedprox"]) == {
+        "training.lr": [0.05, 0.1], "algorithm.name": ["fedavg", "fedprox"]}
+    assert _seeds("0-4") == [0, 1, 2, 3, 4] and _seeds("0,3,7") == [0, 3, 7] and _seeds("1,4-5") == [1, 4, 5]
+    with pytest.raises(ConfigError, match="--grid 'training.lr': give KEY=V1,V2"):
+        _grid(["training.lr"])
+    with pytest.raises(ConfigError, match="--seeds 'a-b': give a range like 0-4"):
+        _seeds("a-b")
