@@ -1,5 +1,6 @@
 """fedray sweep on a real local Ray through Ray Tune: trials in placement groups, at once, seeded
-splits, the results table, and a stopped sweep resumed without running its finished trials again."""
+splits, local-backend trials, the results table, and a stopped sweep resumed without running its
+finished trials again."""
 
 import csv
 import json
@@ -8,7 +9,6 @@ import shutil
 import pytest
 import yaml
 
-from fedray import api
 from fedray.config import ConfigError
 from fedray.sweeps import sweep
 from tests.integration.conftest import small_config
@@ -45,11 +45,16 @@ def test_a_sweep_runs_its_trials_at_once_in_their_groups_and_resumes(local_ray, 
     # 1-CPU trials on 2 CPUs: two run at once
     spans = sorted(span(d) for d in trials.values())
     assert any(b_start < a_end for (_, a_end), (b_start, _) in zip(spans, spans[1:]))
-    # a trial is an ordinary run: the same config run in-process gives the same model, to the last bit
-    name = "training.lr=0.05,seed=1"
-    alone = api.run(base(), {"training.lr": 0.05, "seed": 1, "data.seed": 1, "aux.seed": 1, "runtime.backend": "local"},
-                    run_dir=tmp_path / "alone", progress=False)
-    assert result.rows[3]["trial"] == name and result.rows[3]["final_accuracy"] == alone.final["eval/accuracy"]
+    # a trial is an ordinary run: the same config as a local-backend trial, whose round loop runs in
+    # the trial's own process on one torch thread, gives the same model to the last bit
+    local = base().to_dict()
+    local["runtime"] = {"backend": "local"}
+    alone = sweep(local, {"training.lr": [0.05]}, seeds=[1], out=tmp_path / "local", progress=False)
+    run_dir = tmp_path / "local" / "trials" / "training.lr=0.05,seed=1"
+    assert yaml.safe_load((run_dir / "config.yaml").read_text())["runtime"]["torch_threads"] == 1
+    assert json.loads((run_dir / "result.json").read_text())["executor"]["backend"] == "local"
+    assert result.rows[3]["trial"] == alone.rows[0]["trial"] == "training.lr=0.05,seed=1"
+    assert result.rows[3]["final_accuracy"] == alone.rows[0]["final_accuracy"]
     # the table: a row per trial, a group per grid point with the seeds' mean and interval
     with open(out / "sweep.csv") as f:
         assert [row["trial"] for row in csv.DictReader(f)] == list(trials)
@@ -70,19 +75,6 @@ def test_a_sweep_runs_its_trials_at_once_in_their_groups_and_resumes(local_ray, 
     # another grid in the same folder is refused before anything runs
     with pytest.raises(ConfigError, match="holds another sweep"):
         sweep(base(), {"training.lr": [0.1]}, seeds=[0, 1], out=out, progress=False)
-
-
-def test_local_backend_trials_train_in_their_own_process_on_their_cpus(local_ray, tmp_path):
-    config = base().to_dict()
-    config["runtime"] = {"backend": "local"}
-    result = sweep(config, {"training.lr": [0.05]}, seeds=[1], out=tmp_path / "local", progress=False)
-    run_dir = tmp_path / "local" / "trials" / "training.lr=0.05,seed=1"
-    assert yaml.safe_load((run_dir / "config.yaml").read_text())["runtime"]["torch_threads"] == 1
-    assert json.loads((run_dir / "result.json").read_text())["executor"]["backend"] == "local"
-    # the same model as the Ray trial of the same config and seed (one torch thread on both)
-    alone = api.run(base(), {"training.lr": 0.05, "seed": 1, "data.seed": 1, "aux.seed": 1},
-                    run_dir=tmp_path / "alone", progress=False)
-    assert result.rows[0]["final_accuracy"] == alone.final["eval/accuracy"]
 
 
 def test_a_bad_trial_config_is_refused_before_anything_runs(local_ray, tmp_path):
