@@ -11,6 +11,7 @@ loop in the trial's process, so its one bundle is that process's: ``trial_cpus``
 from __future__ import annotations
 
 import json
+import logging
 import os
 import time
 from pathlib import Path
@@ -84,7 +85,13 @@ def run_trials(runtime: RuntimeConfig, configs: dict[str, Config], resources: di
                                       verbose=1 if progress else 0,
                                       failure_config=tune.FailureConfig(max_failures=0, fail_fast=False)),
         )
-        tuner.fit()
+        tune_log = logging.getLogger("ray.tune")
+        level = tune_log.level
+        tune_log.setLevel(logging.CRITICAL)  # a failed trial's traceback is in its error.log; the sweep says one line
+        try:
+            tuner.fit()
+        finally:
+            tune_log.setLevel(level)
     finally:
         if started:
             shutdown_ray()

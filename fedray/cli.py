@@ -164,7 +164,8 @@ def _sweep(args) -> int:
         print(f"{point or 'base'}: {len(group['seeds'])} seeds; {measures or 'no finished trial'}")
     failed = [r for r in result.rows if r["status"] != "done"]
     for row in failed:
-        print(f"fedray: trial {row['trial']} {row['status']}: {row.get('error') or ''}", file=sys.stderr)
+        why = f"{row['error']} (traceback: {row['run_dir']}/error.log)" if row.get("error") else "it did not run"
+        print(f"fedray: trial {row['trial']} {row['status']}: {why}", file=sys.stderr)
     print(f"trials: {result.out / 'sweep.csv'}  (tensorboard --logdir {result.out / 'trials'})")
     return EXIT_RUN if failed else 0
 

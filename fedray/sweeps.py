@@ -96,6 +96,12 @@ class SweepResult:
     groups: list[dict[str, Any]] = field(default_factory=list)
 
 
+def _failure(log: Path) -> str:
+    """The one line of a run's last failure, from its ``error.log`` (``fedray.runner``)."""
+    heads = [line for line in log.read_text(errors="replace").splitlines() if line.startswith("=== fedray run failed ")]
+    return re.sub(r"^=== fedray run failed \S+ \S+: ", "", heads[-1]) if heads else f"see {log}"
+
+
 def _summarise(trials: list[Trial], out: Path) -> SweepResult:
     """The table of the trials from their run folders, and per grid point the seeds' mean final and
     best accuracy with 95% intervals; written to ``sweep.csv`` and ``sweep.json``."""
@@ -112,8 +118,7 @@ def _summarise(trials: list[Trial], out: Path) -> SweepResult:
                        final_accuracy=summary["final"].get("eval/accuracy"), best_accuracy=summary["best_accuracy"])
         else:
             log = run_dir / "error.log"
-            row.update(status="failed" if log.exists() else "not run",
-                       error=log.read_text().strip().splitlines()[0] if log.exists() else None)
+            row.update(status="failed" if log.exists() else "not run", error=_failure(log) if log.exists() else None)
         rows.append(row)
     groups = []
     for point, members in itertools.groupby(rows, key=lambda r: tuple((k, r[k]) for k in trials[0].point)):

@@ -9,6 +9,7 @@ import shutil
 import pytest
 import yaml
 
+from fedray.cli import main
 from fedray.config import ConfigError
 from fedray.sweeps import sweep
 from tests.integration.conftest import small_config
@@ -75,6 +76,24 @@ def test_a_sweep_runs_its_trials_at_once_in_their_groups_and_resumes(local_ray, 
     # another grid in the same folder is refused before anything runs
     with pytest.raises(ConfigError, match="holds another sweep"):
         sweep(base(), {"training.lr": [0.1]}, seeds=[0, 1], out=out, progress=False)
+
+
+def test_a_failed_trial_is_reported_and_the_others_finish(local_ray, tmp_path, capsys):
+    config = tmp_path / "base.yaml"
+    config.write_text(yaml.safe_dump(base().to_dict()))
+    out = tmp_path / "failing"
+    status = main(["sweep", str(config), "--grid", "algorithm.name=fedavg,tests.faulty_method:Faulty",
+                   "--out", str(out), "--no-progress"])
+    captured = capsys.readouterr()
+    assert status == 1  # a trial failed
+    rows = json.loads((out / "sweep.json").read_text())["trials"]
+    assert [(r["algorithm.name"], r["status"]) for r in rows] == [("fedavg", "done"),
+                                                                ("tests.faulty_method:Faulty", "failed")]
+    assert rows[1]["error"].startswith("ClientFailure: client 1 failed in round 1 during upload: ZeroDivisionError")
+    assert f"fedray: trial {rows[1]['trial']} failed: ClientFailure: " in captured.err
+    assert "Traceback" not in captured.err  # the traceback is in the trial's error.log
+    assert captured.out.startswith("algorithm.name=fedavg: 1 seeds; final ")
+    assert "algorithm.name=tests.faulty_method:Faulty: 0 seeds; no finished trial" in captured.out
 
 
 def test_a_bad_trial_config_is_refused_before_anything_runs(local_ray, tmp_path):
