@@ -21,8 +21,10 @@ Seeds. A seed sets the run's ``seed`` (initial model, client sampling, batch ord
 (comparisons that must see the same clients); ``hold=("run",)`` keeps its run seed.
 
 A stopped sweep is resumed by running it again with the same ``out``: a trial whose run finished
-(``result.json``) is not run again, an interrupted one resumes from its last checkpoint. The table
-of all trials is written to ``OUT/sweep.csv`` and ``OUT/sweep.json`` after every sweep.
+(``result.json``) is not run again, an interrupted one resumes from its last checkpoint. A folder
+grows: the same config with more seeds or grid values adds their trials beside the finished ones;
+a trial folder that holds a run of another config is refused. The table of the call's trials is
+written to ``OUT/sweep.csv`` and ``OUT/sweep.json`` after every sweep.
 """
 
 from __future__ import annotations
@@ -58,12 +60,34 @@ def _value_text(value: Any) -> str:
     return re.sub(r"[^A-Za-z0-9_.+-]+", "_", text).strip("_") or "_"
 
 
-def plan(grid: Mapping[str, Sequence[Any]], seeds: Iterable[int], hold: Sequence[str] = ()) -> list[Trial]:
+def _variant(axis: str, label: Any, overrides: Any) -> dict[str, Any]:
+    """A named variant's overrides as a dict: given as a dict of dotted keys or as ``key=value`` strings
+    (values read as YAML, as the CLI reads them)."""
+    if isinstance(overrides, Mapping):
+        return dict(overrides)
+    if isinstance(overrides, (str, bytes)) or not isinstance(overrides, Sequence):
+        raise ConfigError(f"grid {axis!r}, variant {label!r}: give its overrides as a dict or a list of "
+                          f"'key=value' strings, not {overrides!r}")
+    items = {}
+    for item in overrides:
+        key, sep, value = str(item).partition("=")
+        if not sep or not key:
+            raise ConfigError(f"grid {axis!r}, variant {label!r}: {item!r} is not 'key=value'")
+        items[key.strip()] = yaml.safe_load(value)
+    return items
+
+
+def plan(grid: Mapping[str, Any], seeds: Iterable[int], hold: Sequence[str] = ()) -> list[Trial]:
     """The trials: every combination of the grid's values (keys in the given order), for every seed.
 
+    A grid entry is a config key with a list of its values (``{"training.lr": [0.05, 0.1]}``), or an
+    axis of named variants, each a set of overrides (``{"method": {"fedavg": {"algorithm.name":
+    "fedavg"}, "scaffold": ["algorithm={name: scaffold}", "training.momentum=0"]}}``): the trial's
+    point then holds the variant's name, and its overrides the variant's.
+
     Raises:
-        ConfigError: an empty grid value list, no seeds, an unknown ``hold``, or a grid key that the
-            seeds set.
+        ConfigError: an empty grid value list, no seeds, an unknown ``hold``, or a grid key (or a
+            variant's key) that the seeds set.
     """
     seeds = [int(s) for s in seeds]
     if not seeds:
@@ -72,18 +96,28 @@ def plan(grid: Mapping[str, Sequence[Any]], seeds: Iterable[int], hold: Sequence
     if unknown:
         raise ConfigError(f"hold {unknown[0]!r} is not one of {', '.join(HOLDS)}")
     seeded = [k for k in (("seed",) if "run" not in hold else ()) + (("data.seed", "aux.seed") if "split" not in hold else ())]
+    axes: dict[str, list[tuple[Any, dict[str, Any]]]] = {}  # per axis: (point value, its overrides)
     for key, values in grid.items():
-        if isinstance(values, (str, bytes)) or not isinstance(values, Sequence) or not values:
-            raise ConfigError(f"grid {key!r}: give a non-empty list of values, not {values!r}")
-        if key in seeded:
-            raise ConfigError(f"grid {key!r}: the sweep's seeds set it; give seeds, or hold "
-                              f"{'run' if key == 'seed' else 'split'}")
+        if isinstance(values, Mapping) and values:
+            axes[key] = [(label, _variant(key, label, o)) for label, o in values.items()]
+        elif isinstance(values, (str, bytes)) or not isinstance(values, Sequence) or not values:
+            raise ConfigError(f"grid {key!r}: give a non-empty list of values (or a dict of named variants), "
+                              f"not {values!r}")
+        else:
+            axes[key] = [(v, {key: v}) for v in values]
+        for label, overrides in axes[key]:
+            for set_key in overrides:
+                if set_key in seeded:
+                    where = f"grid {key!r}" if set_key == key else f"grid {key!r}, variant {label!r}, sets {set_key!r}"
+                    raise ConfigError(f"{where}: the sweep's seeds set it; give seeds, or hold "
+                                      f"{'run' if set_key == 'seed' else 'split'}")
     trials = []
-    for combo in itertools.product(*grid.values()):
-        point = dict(zip(grid, combo))
+    for combo in itertools.product(*axes.values()):
+        point = {axis: value for axis, (value, _) in zip(axes, combo)}
+        overrides = {k: v for _, o in combo for k, v in o.items()}
         for seed in seeds:
             name = ",".join([f"{k}={_value_text(v)}" for k, v in point.items()] + [f"seed={seed}"])
-            trials.append(Trial(name, {**point, **{k: seed for k in seeded}}, point, seed))
+            trials.append(Trial(name, {**overrides, **{k: seed for k in seeded}}, point, seed))
     return trials
 
 
@@ -138,6 +172,22 @@ def _summarise(trials: list[Trial], out: Path) -> SweepResult:
     return SweepResult(out, rows, groups)
 
 
+def _other_run(run_dir: Path, config: Config) -> Optional[str]:
+    """The first setting in which the run in ``run_dir`` (its ``config.yaml``) differs from ``config``,
+    as ``key = saved, not wanted``; None when it agrees or there is no run."""
+    from fedray.checkpoint import _flat
+
+    saved_file = run_dir / "config.yaml"
+    if not saved_file.exists():
+        return None
+    saved = _flat(yaml.safe_load(saved_file.read_text()))
+    mine = _flat(yaml.safe_load(yaml.safe_dump(config.to_dict())))
+    for key in sorted(set(saved) | set(mine)):
+        if saved.get(key, "<unset>") != mine.get(key, "<unset>"):
+            return f"{key} = {saved.get(key, '<unset>')!r}, not {mine.get(key, '<unset>')!r}"
+    return None
+
+
 def sweep(source: Union[str, os.PathLike, Mapping, Config], grid: Optional[Mapping[str, Sequence[Any]]] = None,
           seeds: Iterable[int] = (0,), *, out: Union[str, os.PathLike, None] = None, hold: Sequence[str] = (),
           overrides: Any = None, trial_cpus: Optional[float] = None, trial_gpus: float = 0.0,
@@ -147,8 +197,8 @@ def sweep(source: Union[str, os.PathLike, Mapping, Config], grid: Optional[Mappi
 
     Raises:
         ConfigError: a bad grid, seed setting or trial config (every trial's config is checked
-            before any runs), a trial that does not fit ``trial_cpus``/``trial_gpus``, or an ``out``
-            that holds another sweep.
+            before any runs), a trial that does not fit ``trial_cpus``/``trial_gpus``, or a trial
+            folder in ``out`` that holds a run of another config.
     """
     from fedray import api, preflight
     from fedray.backends import sweeper
@@ -166,13 +216,16 @@ def sweep(source: Union[str, os.PathLike, Mapping, Config], grid: Optional[Mappi
     resources = {name: runner.trial_bundles(c, trial_cpus, trial_gpus) for name, c in configs.items()}
     out = Path(out if out is not None else Path(base.output_dir) / f"{base.name}-sweep").resolve()
     (out / "trials").mkdir(parents=True, exist_ok=True)
-    marker = out / "sweep.yaml"
-    spec = {"base": base.to_dict(), "grid": {k: list(v) for k, v in (grid or {}).items()},
+    for t in trials:  # a folder grows by trials; a trial of the same name must be the same run
+        problem = _other_run(out / "trials" / t.name, configs[t.name])
+        if problem:
+            raise ConfigError(f"{out / 'trials' / t.name} holds a run of another config ({problem}): give another "
+                              f"out, or the config, grid and hold that made it")
+    spec = {"base": base.to_dict(),
+            "grid": {k: ({a: _variant(k, a, o) for a, o in v.items()} if isinstance(v, Mapping) else list(v))
+                     for k, v in (grid or {}).items()},
             "seeds": sorted({t.seed for t in trials}), "hold": list(hold)}
-    if marker.exists() and yaml.safe_load(marker.read_text()) != yaml.safe_load(yaml.safe_dump(spec)):
-        raise ConfigError(f"{out} holds another sweep (its sweep.yaml differs): give another out, or the same "
-                          f"config, grid, seeds and hold to resume it")
-    marker.write_text(yaml.safe_dump(spec, sort_keys=False))
+    (out / "sweep.yaml").write_text(yaml.safe_dump(spec, sort_keys=False))  # this call's sweep, for the record
     todo = [t for t in trials if not (out / "trials" / t.name / "result.json").exists()]
     if todo:
         runner.run_trials(base.runtime, {t.name: configs[t.name] for t in todo}, resources, out, max_concurrent, progress)

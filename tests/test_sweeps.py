@@ -23,11 +23,25 @@ def test_plan_crosses_the_grid_with_the_seeds_and_seeds_split_and_run():
     assert plan({"data.alpha": [{"a": 1}, "x y"]}, [0])[0].name == "data.alpha=a_1,seed=0"
 
 
+def test_plan_takes_axes_of_named_variants_beside_config_keys():
+    methods = {"fedavg": {"algorithm.name": "fedavg"},
+               "scaffold": ["algorithm={name: scaffold}", "training.momentum=0"]}
+    trials = plan({"method": methods, "data.alpha": [0.1]}, [4], hold=["run"])
+    assert [t.name for t in trials] == ["method=fedavg,data.alpha=0.1,seed=4", "method=scaffold,data.alpha=0.1,seed=4"]
+    assert trials[1].point == {"method": "scaffold", "data.alpha": 0.1}
+    # the variant's strings are read as YAML, as the CLI's overrides are
+    assert trials[1].overrides == {"algorithm": {"name": "scaffold"}, "training.momentum": 0, "data.alpha": 0.1,
+                                   "data.seed": 4, "aux.seed": 4}
+
+
 @pytest.mark.parametrize("grid, seeds, hold, message", [
     ({"training.lr": []}, [0], (), "grid 'training.lr': give a non-empty list of values"),
     ({"training.lr": "0.1"}, [0], (), "grid 'training.lr': give a non-empty list"),
     ({"seed": [1, 2]}, [0], (), "grid 'seed': the sweep's seeds set it; give seeds, or hold run"),
     ({"data.seed": [1, 2]}, [0], (), "grid 'data.seed': the sweep's seeds set it; give seeds, or hold split"),
+    ({"method": {"a": ["data.seed=3"]}}, [0], (), "grid 'method', variant 'a', sets 'data.seed': the sweep's seeds"),
+    ({"method": {"a": ["data.seed"]}}, [0], (), "grid 'method', variant 'a': 'data.seed' is not 'key=value'"),
+    ({"method": {"a": "x=1"}}, [0], (), "grid 'method', variant 'a': give its overrides as a dict or a list"),
     ({}, [], (), "a sweep needs at least one seed"),
     ({}, [0], ("model",), "hold 'model' is not one of split, run"),
 ])
