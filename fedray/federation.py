@@ -75,6 +75,10 @@ class Federation:
         step.metrics = {**self._aggregate(step), **step.metrics}  # aggregate
         self._notify("aggregated", step)
         step.metrics.update(self._times(step, start, clients_done))
+        archs = self.config.federation.architectures
+        if len(archs) > 1:  # mixed architectures: the aggregated updates of each
+            step.metrics.update({f"clients/participants/{a}": float(sum(u.arch == a for u in step.updates))
+                                 for a in archs})
         if self.round % self.config.federation.eval_every == 0 or self.done:
             step.metrics.update(self.evaluate())  # evaluate the global models on the test set
         step.metrics["time/round_s"] = time.perf_counter() - start

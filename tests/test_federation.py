@@ -61,6 +61,19 @@ def test_fedavg_learns_digits_and_logs_every_round(tmp_path):
     assert "config/text_summary" in acc.Tags()["tensors"]
 
 
+def test_mixed_architectures_log_the_participants_of_each(tmp_path):
+    config = digits("fedavg", 3, federation={"architectures": {"mlp": 5, "logreg": 5}, "clients_per_round": 4})
+    fed, results = run(config, tmp_path)
+    for result in results:
+        sampled = [c.arch for c in fed.strategy.sample_clients(result.round)]
+        m = result.metrics
+        assert (m["clients/participants/mlp"], m["clients/participants/logreg"]) == (sampled.count("mlp"),
+                                                                                     sampled.count("logreg"))
+    # over three rounds of 4 out of 5 + 5 clients both architectures are drawn, in other proportions
+    assert {results[i].metrics["clients/participants/mlp"] for i in range(3)} != {2.0}
+    assert "clients/participants/mlp" not in run(digits("fedavg", 1), tmp_path / "one")[1][0].metrics
+
+
 def test_dsgd_learns(tmp_path):
     config = digits("dsgd", 100, federation={"clients_per_round": 10, "eval_every": 25})
     _, results = run(config, tmp_path)

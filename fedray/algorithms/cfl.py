@@ -241,11 +241,12 @@ class CFL(Strategy):
         return out
 
     def summary(self) -> dict[str, Any]:
-        """The final clusters (id -> clients), the dropped ones, and where the tree lived."""
+        """The final clusters (id -> clients), the dropped ones, the adversaries, and where the tree lived."""
         clusters = self.view.clusters()
         active = {i for members in clusters.values() for i in members}
         return {"clusters": {str(v): members for v, members in clusters.items()},
                 "dropped_clients": sorted(c.client_id for c in self.ctx.clients if c.client_id not in active),
+                "adversaries": sorted(c.client_id for c in self.ctx.clients if c.role != "benign"),
                 "tree_host": getattr(self.tree, "host", "in-process")}
 
     def artifacts(self, round: int) -> dict[str, Any]:

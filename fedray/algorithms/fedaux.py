@@ -179,7 +179,8 @@ class FedAUX(FedDF):
             self.scores[u.client_id] = scorer.score(distill[u.arch]).astype(np.float32)
             self.test_scores[u.client_id] = scorer.score(test[u.arch]).astype(np.float32)
         metrics = {"privacy/epsilon": self.epsilon, "privacy/delta": self.delta,
-                   "fedaux/score_mean": float(np.mean([s.mean() for s in self.scores.values()]))}
+                   "fedaux/score_mean": float(np.mean([s.mean() for s in self.scores.values()])),
+                   "fedaux/score_std": float(np.mean([s.std() for s in self.scores.values()]))}  # within a client
         aucs = [a for a in (self.score_auc(cid) for cid in self.test_scores) if a is not None]
         if aucs:
             metrics["fedaux/score_auc"] = float(np.mean(aucs))

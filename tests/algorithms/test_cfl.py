@@ -257,7 +257,7 @@ def test_robust_cfl_removes_every_adversary_and_no_benign_client(tmp_path, adver
     summary = fed.finish()
     bad = sorted(c.client_id for c in fed.strategy.ctx.clients if c.role != "benign")
     assert len(bad) == (0 if adversaries == "none" else 6)
-    assert summary["dropped_clients"] == bad  # every adversary, and only adversaries
+    assert summary["dropped_clients"] == summary["adversaries"] == bad  # every adversary, and only adversaries
     splits = [m["cfl/splits"] for m in history]
     assert splits[-1] == {"label_flip": 1, "byzantine": 6, "none": 0}[adversaries]
     assert history[-1]["cfl/adversaries_with_benign"] == 0
