@@ -1,19 +1,21 @@
-"""The reproduction harness: run configs locally, run grids of them in parallel, tabulate.
+"""The reproduction harness: run a script's grid as a sweep, read the runs back, tabulate.
 
-The reproduction scripts (``scripts/repro_*.py``) are built from four pieces:
+The reproduction scripts (``scripts/repro_*.py``) are built from these pieces:
 
-- :func:`run_local` runs one config in this process (``runtime.backend: local``) in a temporary
-  folder without checkpoints, one round at a time, keeping what a ``record`` function picks of each
-  round and stopping early where a ``stop`` function says so. It is the one place the scripts build a
-  :class:`~fedray.federation.Federation`.
-- :func:`run_grid` runs many specs in parallel processes, the longest first, printing a line per
-  finished run and rewriting the :class:`Store` (a JSON file) after each, merged with the results
-  already saved there: a partial grid survives, and a re-run of a few specs merges in.
+- :func:`run_sweep` runs a grid of a config as :func:`fedray.sweep` trials (each an ordinary run on
+  the local backend, one CPU each, as many at once as Ray has CPUs) and reads every finished trial
+  back from its run folder: what a ``record`` function keeps of each round's logged metrics
+  (:func:`round_metrics`), the summary and the config. A stopped grid resumes where it stopped; a
+  grid that grows runs only its new trials. :func:`run_specs` does the same for a script's list of
+  specs (each a seed and overrides), as one axis of named variants.
+- :class:`Store` is a script's JSON of results, merged with what is already saved there, so a
+  re-run of a few specs merges in.
 - :func:`markdown_table` writes a table's lines and :func:`listing` a list in a sentence, for the
   sentences a script computes from its runs (its figures: :func:`fedray.figures.figure` and
   :func:`fedray.figures.save_figure`).
 - :func:`grid_arguments` is the command line the grid scripts share, :func:`invocation` what one
-  call of such a script ran, where (:func:`cpu_model`) and how long.
+  call of such a script ran, where (:func:`cpu_model`) and how long; :func:`report_failed` ends a
+  script whose trials did not all finish.
 """
 
 from __future__ import annotations
@@ -21,65 +23,14 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import os
 import platform
-import tempfile
+import sys
 import time
-from concurrent.futures import ProcessPoolExecutor, as_completed
 from pathlib import Path
-from typing import Any, Callable, Hashable, Iterable, Optional
+from typing import Any, Callable, Hashable, Iterable, Mapping, Optional, Sequence
 
-from fedray.config import Config
-from fedray.assembly import assemble
-from fedray.federation import Federation
-from fedray.messages import ClientSpec
-
-Record = Callable[[Federation, dict[str, float]], Optional[dict[str, Any]]]
-Stop = Callable[[Federation, dict[str, float]], bool]
-
-
-@dataclasses.dataclass
-class LocalRun:
-    """What :func:`run_local` returns.
-
-    Attributes:
-        records: what ``record`` kept of each round, in round order.
-        summary: the summary of ``Federation.finish()`` (what ``result.json`` holds).
-        wall_s: wall time of the whole run, data loading included, in seconds.
-        clients: the run's clients (architecture, data group, role: benign or adversary).
-    """
-
-    records: list[dict[str, Any]]
-    summary: dict[str, Any]
-    wall_s: float
-    clients: list[ClientSpec]
-
-
-def run_local(config: Config, record: Record | None = None, stop: Stop | None = None) -> LocalRun:
-    """Run ``config`` in this process, without checkpoints, in a temporary folder removed afterwards.
-
-    Args:
-        config: the validated config; it runs ``config.federation.rounds`` rounds unless stopped.
-        record: what to keep of a round, given the federation (after the round) and the round's
-            metrics; None keeps nothing of that round. Default: the metrics themselves.
-        stop: called after ``record``; True ends the run after this round.
-
-    Returns:
-        The records, the finish summary, the wall time and the clients.
-    """
-    start = time.perf_counter()
-    records = []
-    with tempfile.TemporaryDirectory() as run_dir:
-        fed = Federation(assemble(config), run_dir, checkpoints=False)
-        for _ in range(config.federation.rounds):
-            metrics = fed.run_round().metrics
-            kept = record(fed, metrics) if record else metrics
-            if kept is not None:
-                records.append(kept)
-            if stop is not None and stop(fed, metrics):
-                break
-        summary = fed.finish()
-    return LocalRun(records, summary, time.perf_counter() - start, fed.experiment.clients)
-
+from fedray.config import Config, load_config
 
 @dataclasses.dataclass
 class Store:
@@ -124,37 +75,112 @@ class Store:
         self.path.write_text(json.dumps(doc, indent=1))
 
 
-def run_grid(run: Callable[[Any], dict[str, Any]], specs: Iterable[Any], store: Store, jobs: int = 1,
-             cost: Callable[[Any], float] | None = None,
-             line: Callable[[dict[str, Any]], str] | None = None) -> dict[Hashable, dict[str, Any]]:
-    """Run ``run(spec)`` for every spec in ``jobs`` processes and save each result as it finishes.
+SweepRecord = Callable[[int, dict[str, float], Config], Optional[dict[str, Any]]]
+
+
+@dataclasses.dataclass
+class SweptRun:
+    """A finished trial of :func:`run_sweep`, read back from its run folder.
+
+    Attributes:
+        point: the trial's grid point (each axis's value or variant name).
+        seed: the trial's seed.
+        config: the trial's config (its ``config.yaml``).
+        records: what ``record`` kept of each round, in round order.
+        summary: the run's ``result.json``.
+        wall_s: from the run's start (``config.yaml`` written) to its end (``result.json`` written).
+    """
+
+    point: dict[str, Any]
+    seed: int
+    config: Config
+    records: list[dict[str, Any]]
+    summary: dict[str, Any]
+    wall_s: float
+
+
+def round_metrics(run_dir: Path) -> dict[int, dict[str, float]]:
+    """A run's logged scalars by round, ``{round: {tag: value}}``, from its event files: the steps of
+    its rounds (those with ``time/round_s``). What a method logs at step 0 (diagnostics before round
+    1, e.g. FedAUX's scores) joins round 1's metrics; ``pretrain/*`` (stepped by pre-training epoch)
+    is left out."""
+    from fedray.tracking import read_scalars
+
+    steps: dict[int, dict[str, float]] = {}
+    for tag, series in read_scalars(run_dir).items():
+        if not tag.startswith("pretrain/"):
+            for step, value in series:
+                steps.setdefault(step, {})[tag] = value
+    rounds = {step: m for step, m in sorted(steps.items()) if "time/round_s" in m}
+    if 0 in steps and 1 in rounds:
+        rounds[1] = {**steps[0], **rounds[1]}
+    return rounds
+
+
+def run_sweep(config: Any, grid: Mapping[str, Any], seeds: Iterable[int], out: Path, record: SweepRecord, *,
+              overrides: Sequence[str] = (), hold: Sequence[str] = (), jobs: Optional[int] = None,
+              progress: bool = True) -> tuple[list[SweptRun], list[dict[str, Any]]]:
+    """Run a reproduction's grid of ``config`` (a YAML file's path or a dict, as :func:`fedray.sweep`
+    takes) as :func:`fedray.sweep` trials and read every finished one back.
+
+    Each trial is an ordinary run of ``config`` with ``overrides``, the grid point's and the seed's,
+    on the local backend: one process with one CPU and one torch thread, ``jobs`` at once (default:
+    as many as Ray has CPUs), into ``out/trials/<name>``. A stopped grid resumes where it stopped and
+    a grid that grows runs only its new trials (:mod:`fedray.sweeps`).
 
     Args:
-        run: a module-level function (it is pickled to the worker processes) from a spec to a result.
-        specs: what to run.
-        store: where the results go; it is loaded first and rewritten after every finished run.
-        jobs: how many processes run at once.
-        cost: a spec's rough run time; the most costly start first, so the processes finish together.
-        line: the line to print for a finished result.
+        record: what to keep of a round, given the round, its metrics (:func:`round_metrics`) and
+            the trial's config; None keeps nothing of that round.
 
     Returns:
-        The saved results merged with the new ones, by ``store.key``.
+        The finished trials, and the sweep's rows of the trials that did not finish (each with the
+        one line of why, and its run folder).
     """
-    results = store.load()
-    todo = sorted(specs, key=cost, reverse=True) if cost else list(specs)
-    with ProcessPoolExecutor(max_workers=jobs) as pool:
-        futures = [pool.submit(run, spec) for spec in todo]
-        try:
-            for future in as_completed(futures):
-                result = future.result()
-                results[store.key(result)] = result
-                if line is not None:
-                    print(line(result), flush=True)
-                store.save(results)
-        except BaseException:
-            pool.shutdown(cancel_futures=True)  # a failed run or Ctrl-C: start no further runs
-            raise
-    return results
+    from fedray.sweeps import sweep
+
+    result = sweep(config, grid, seeds, out=out, hold=hold, trial_cpus=1, max_concurrent=jobs, progress=progress,
+                   overrides=[*overrides, "runtime.backend=local", "runtime.torch_threads=1"])
+    runs = []
+    for row in result.rows:
+        if row["status"] != "done":
+            continue
+        run_dir = Path(row["run_dir"])
+        trial_config = load_config(run_dir / "config.yaml")
+        records = [kept for rnd, m in round_metrics(run_dir).items()
+                   if (kept := record(rnd, m, trial_config)) is not None]
+        wall = (run_dir / "result.json").stat().st_mtime - (run_dir / "config.yaml").stat().st_mtime
+        runs.append(SweptRun({k: row[k] for k in grid}, row["seed"], trial_config, records,
+                             json.loads((run_dir / "result.json").read_text()), wall))
+    return runs, [row for row in result.rows if row["status"] != "done"]
+
+
+def run_specs(config: Any, specs: list[dict[str, Any]], name: Callable[[dict[str, Any]], str], out: Path,
+              record: SweepRecord, *, hold: Sequence[str] = (), jobs: Optional[int] = None,
+              progress: bool = True) -> tuple[list[tuple[dict[str, Any], SweptRun]], list[dict[str, Any]]]:
+    """A script's specs (dicts with a ``seed`` and the ``overrides`` of everything else) as one
+    :func:`run_sweep`: an axis ``run`` of named variants, one per spec without its seed (``name``),
+    crossed with the specs' seeds; the specs must be that grid.
+
+    Returns:
+        ``(spec, run)`` for every finished trial, and the rows of the trials that did not finish.
+    """
+    variants = {name(s): s for s in specs}
+    seeds = sorted({s["seed"] for s in specs})
+    if len(variants) * len(seeds) != len(specs) or {(name(s), s["seed"]) for s in specs} != \
+            {(v, seed) for v in variants for seed in seeds}:
+        raise ValueError(f"{out}: the specs are not every variant for every seed")
+    done, failed = run_sweep(config, {"run": {v: s["overrides"] for v, s in variants.items()}}, seeds, out, record,
+                             hold=hold, jobs=jobs, progress=progress)
+    return [({**variants[r.point["run"]], "seed": r.seed}, r) for r in done], failed
+
+
+def report_failed(failed: list[dict[str, Any]]) -> None:
+    """After a script saved what finished: one line per trial of :func:`run_sweep` that did not
+    finish (why, and its run folder), and exit status 1; nothing when every trial finished."""
+    for row in failed:
+        print(f"trial {row['trial']} {row['status']}: {row.get('error') or '-'} ({row['run_dir']})", file=sys.stderr)
+    if failed:
+        sys.exit(1)
 
 
 def markdown_table(header: list[str], rows: Iterable[list[str]]) -> list[str]:
@@ -175,12 +201,15 @@ def listing(items: Iterable[str]) -> str:
 
 def grid_arguments(doc: str, experiments: Iterable[str], out: Path) -> argparse.ArgumentParser:
     """The options of a grid script: ``--jobs``, ``--only`` (some of ``experiments``), ``--rounds``,
-    ``--out`` (default ``out``) and ``--plot-only``; ``doc``'s first paragraph is the description."""
+    ``--out`` (default ``out``), ``--sweep`` (where :func:`run_sweep` keeps the trials) and
+    ``--plot-only``; ``doc``'s first paragraph is the description."""
     parser = argparse.ArgumentParser(description=doc.split("\n\n")[0])
-    parser.add_argument("--jobs", type=int, default=1, help="runs in parallel processes")
+    parser.add_argument("--jobs", type=int, help="trials at once (default: one per CPU of Ray)")
     parser.add_argument("--only", nargs="+", choices=list(experiments), help="experiments to run")
     parser.add_argument("--rounds", type=int, help="override every run's rounds (a quick check)")
     parser.add_argument("--out", default=str(out), help="output path without suffix")
+    parser.add_argument("--sweep", default=str(Path("runs") / "repro" / out.name),
+                        help="the sweep folder: the trials' run folders (default runs/repro/<out's name>)")
     parser.add_argument("--plot-only", action="store_true", help="redraw from the saved .json")
     return parser
 
@@ -198,9 +227,10 @@ def cpu_model() -> str:
 
 def invocation(args: argparse.Namespace, specs: list, results: dict, key: Callable[[Any], Hashable],
                start: float, **extra: Any) -> dict[str, Any]:
-    """What one call of a grid script (options from :func:`grid_arguments`) ran: the specs, wall time
-    since ``start`` (``time.perf_counter``), run time summed over the processes, Python and processor."""
-    return {"only": args.only or [], "jobs": args.jobs, "rounds": args.rounds, "runs": len(specs),
+    """What one call of a grid script (options from :func:`grid_arguments`) ran: the specs, trials at
+    once, wall time since ``start`` (``time.perf_counter``), run time summed over the trials (for
+    trials finished by an earlier call, their own), Python and processor."""
+    return {"only": args.only or [], "jobs": args.jobs or os.cpu_count(), "rounds": args.rounds, "runs": len(specs),
             "wall_s": time.perf_counter() - start, **extra,
             "run_s": sum(results[key(s)]["wall_s"] for s in specs), "python": platform.python_version(),
             "cpu": cpu_model()}

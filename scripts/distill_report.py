@@ -105,7 +105,7 @@ def ranking(values: dict[str, float]) -> str:
 def header_lines(meta: dict) -> list[str]:
     lines = ["# Federated distillation reproductions (issue 5)", "",
              "Machine: 2-core CPU dev machine, no GPU; `runtime.backend: local`, one torch thread per run, "
-             "runs in parallel processes (`--jobs`). One seed (0) per cell; the papers report means over 3 runs.", ""]
+             "each run a `fedray sweep` trial, `--jobs` at once (calls before the sweep: a process pool). One seed (0) per cell; the papers report means over 3 runs.", ""]
     return lines + wall_time(meta, lambda i: f"{command(i)} ({i['runs']} runs) {i['wall_s'] / 60:.1f} min",
                              brackets=False)
 

@@ -74,7 +74,7 @@ def score_facts(r: dict | None) -> str:
 def header_lines(meta: dict, results: dict) -> list[str]:
     lines = ["# FedAUX reproductions on Fashion-MNIST (issue 13)", "",
              f"Machine: {meta.get('machine', '2-core CPU dev machine')}, no GPU; `runtime.backend: local`, one torch "
-             f"thread per run, runs in parallel processes (`--jobs`). Config `{CONFIG.name}`; "
+             f"thread per run, each run a `fedray sweep` trial, `--jobs` at once (calls before the sweep: a process pool). Config `{CONFIG.name}`; "
              "`scripts/repro_fedaux.py` writes this file from its runs; the interpretation is in "
              "[reproductions.md](reproductions.md).", ""]
     lines += wall_time(meta, lambda i: f"{command(i)}, {i['runs']} runs, {i['wall_s'] / 60:.1f} min "

@@ -32,7 +32,7 @@ def command(call: dict) -> str:
 
 def wall_time(meta: dict, describe: Callable[[dict], str], brackets: bool) -> list[str]:
     """The paragraph on how long the grid took: the wall time of its calls in all, each call as
-    ``describe`` gives it (in brackets, or after a comma), and the run time summed over the processes.
+    ``describe`` gives it (in brackets, or after a comma), and the run time summed over the runs.
     Calls that cut the rounds (``--rounds``, a timing check) do not count; none: no paragraph."""
     done = [i for i in meta.get("invocations", []) if i.get("rounds") is None]
     if not done:
@@ -40,4 +40,4 @@ def wall_time(meta: dict, describe: Callable[[dict], str], brackets: bool) -> li
     calls = "; ".join(describe(i) for i in done)
     return [f"Wall time: **{sum(i['wall_s'] for i in done) / 60:.1f} min** in all"
             + (f" ({calls})" if brackets else f", {calls}")
-            + f"; {sum(i['run_s'] for i in done) / 60:.1f} min of run time summed over the processes.", ""]
+            + f"; {sum(i['run_s'] for i in done) / 60:.1f} min of run time summed over the runs.", ""]

@@ -6,8 +6,11 @@ every adversary had left the benign cluster, and the splits. Fig. 6.8: FL and CF
 4 groups with permuted labels. Writes docs/repro_cfl.md (ours beside the paper's), .json (every
 round's accuracy, cluster count and adversaries still among the benign clients) and .png.
 
-    python scripts/repro_cfl.py --jobs 2
+    python scripts/repro_cfl.py
     python scripts/repro_cfl.py --plot-only
+
+The runs are ``fedray sweep`` trials (``fedray.repro.run_specs``), one sweep per config, into
+``--sweep`` (default ``runs/repro/repro_cfl``); a stopped grid resumes where it stopped.
 """
 
 from __future__ import annotations
@@ -15,10 +18,9 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from fedray.config import load_config
 from fedray.figures import figure, save_figure
 from fedray.parameter_tree import id_ranges
-from fedray.repro import Store, markdown_table, run_grid, run_local
+from fedray.repro import Store, markdown_table, report_failed, run_specs
 
 ROOT = Path(__file__).resolve().parents[1]
 TABLE62 = ROOT / "configs" / "repro_thesis_table62_fmnist.yaml"
@@ -28,28 +30,40 @@ PAPER62 = {"byzantine": (9.6, 78.0), "noisy": (77.12, 79.7), "label_flip": (60.6
 SCENARIOS = {"byzantine": "Byzantine", "noisy": "Noisy", "label_flip": "Label-Flip", "none": "Clean"}
 
 
-def runs() -> list[tuple[str, str, list[str]]]:
-    """(experiment, method, overrides) for every run."""
+def runs() -> list[dict]:
+    """Every run: experiment, method, seed (the configs' 0) and overrides."""
     out = []
     for scenario in SCENARIOS:
         for method in ("FL", "CFL"):
             overrides = [f"data.adversaries={scenario}"] + (["algorithm={name: fedavg}"] if method == "FL" else [])
-            out.append((f"table62/{scenario}", method, overrides))
-    out += [("fig68", "FL", ["algorithm={name: fedavg}"]), ("fig68", "CFL", [])]
+            out.append({"experiment": f"table62/{scenario}", "method": method, "seed": 0, "overrides": overrides})
+    out += [{"experiment": "fig68", "method": "FL", "seed": 0, "overrides": ["algorithm={name: fedavg}"]},
+            {"experiment": "fig68", "method": "CFL", "seed": 0, "overrides": []}]
     return out
 
 
-def record(fed, m: dict) -> dict:
-    return {"round": fed.round, "accuracy": m.get("eval/accuracy"), "clusters": m.get("cfl/clusters", 1.0),
+def record(rnd: int, m: dict, config) -> dict:
+    return {"round": rnd, "accuracy": m.get("eval/accuracy"), "clusters": m.get("cfl/clusters", 1.0),
             "splits": m.get("cfl/splits", 0.0), "adversaries_with_benign": m.get("cfl/adversaries_with_benign")}
 
 
-def run(spec: tuple[str, str, list[str]]) -> dict:
-    experiment, method, overrides = spec
-    done = run_local(load_config(FIG68 if experiment == "fig68" else TABLE62, overrides), record)
-    return {"experiment": experiment, "method": method, "history": done.records,
-            "adversaries": [c.client_id for c in done.clients if c.role != "benign"],
-            "clusters": done.summary.get("clusters"), "dropped": done.summary.get("dropped_clients")}
+def run(specs: list[dict], sweep: Path, jobs: int | None) -> tuple[dict, list]:
+    """The specs as two sweeps, one per config (Table 6.2's, Fig. 6.8's); returns the finished runs
+    by (experiment, method), and the failed trials."""
+    results, failed = {}, []
+    for config, name in ((TABLE62, "table62"), (FIG68, "fig68")):
+        mine = [s for s in specs if s["experiment"].split("/")[0] == name]
+        if not mine:
+            continue
+        done, failed_here = run_specs(config, mine, lambda s: f"{s['experiment'].split('/')[-1]},{s['method']}",
+                                      sweep / name, record, jobs=jobs)
+        failed += failed_here
+        for spec, r in done:
+            results[spec["experiment"], spec["method"]] = {
+                "experiment": spec["experiment"], "method": spec["method"], "history": r.records,
+                "adversaries": r.summary.get("adversaries", []), "clusters": r.summary.get("clusters"),
+                "dropped": r.summary.get("dropped_clients")}
+    return results, failed
 
 
 def final_accuracy(result: dict) -> float:
@@ -119,21 +133,29 @@ def plot(results: dict[tuple[str, str], dict], path: Path) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--jobs", type=int, default=1, help="runs in parallel processes")
+    parser.add_argument("--jobs", type=int, help="trials at once (default: one per CPU of Ray)")
     parser.add_argument("--only", nargs="+", help="experiments to run, e.g. table62/none fig68")
+    parser.add_argument("--sweep", default="runs/repro/repro_cfl", help="the sweep folder: the trials' run folders")
+    parser.add_argument("--rounds", type=int, help="override every run's rounds (a quick check; use another --out)")
+    parser.add_argument("--out", type=Path, default=ROOT / "docs" / "repro_cfl", help="output path without suffix")
     parser.add_argument("--plot-only", action="store_true", help="redraw from the saved .json")
     args = parser.parse_args()
-    out = ROOT / "docs" / "repro_cfl"
+    out = args.out
     store = Store(out.with_suffix(".json"), key=lambda r: (r["experiment"], r["method"]), field=None)
-    if args.plot_only:
-        results = store.load()
-    else:
-        results = run_grid(run, [r for r in runs() if not args.only or r[0] in args.only], store, jobs=args.jobs,
-                           line=lambda r: f"{r['experiment']:20} {r['method']:4} final {final_accuracy(r):.4f} "
-                                          f"splits {splits(r)}")
+    results, failed = store.load(), []
+    if not args.plot_only:
+        todo = [r for r in runs() if not args.only or r["experiment"] in args.only]
+        for r in todo:
+            r["overrides"] += [f"federation.rounds={args.rounds}"] if args.rounds else []
+        new, failed = run(todo, Path(args.sweep), args.jobs)
+        for r in new.values():
+            print(f"{r['experiment']:20} {r['method']:4} final {final_accuracy(r):.4f} splits {splits(r)}")
+        results.update(new)
+        store.save(results)
     out.with_suffix(".md").write_text("\n".join(table62_lines(results) + fig68_lines(results)) + "\n")
     plot(results, out.with_suffix(".png"))
     print(f"wrote {out}.md, .json and .png")
+    report_failed(failed)
 
 
 if __name__ == "__main__":

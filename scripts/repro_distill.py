@@ -15,10 +15,13 @@ bytes; a run of some experiments, ``--only``, merges into the saved one, keeping
 results), then docs/repro_distill.md (ours beside the papers') and .png from it
 (scripts/distill_report.py); the interpretation is in docs/reproductions.md.
 
-    python scripts/repro_distill.py --jobs 2
-    python scripts/repro_distill.py --only table51 --rounds 2 --out /tmp/quick   # timing check
-    python scripts/repro_distill.py --only table52 --jobs 2
+    python scripts/repro_distill.py
+    python scripts/repro_distill.py --only table51 --rounds 2 --out /tmp/quick --sweep /tmp/quick-runs   # timing check
+    python scripts/repro_distill.py --only table52
     python scripts/repro_distill.py --plot-only
+
+Each experiment runs as a ``fedray sweep`` (``fedray.repro.run_specs``) of its config into
+``--sweep``/<experiment>, as many trials at once as Ray has CPUs; a stopped grid resumes.
 """
 
 from __future__ import annotations
@@ -26,8 +29,7 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-from fedray.config import load_config
-from fedray.repro import Store, grid_arguments, invocation, run_grid, run_local
+from fedray.repro import Store, grid_arguments, invocation, report_failed, run_specs
 
 from grid_report import best, final
 
@@ -90,6 +92,7 @@ def runs(rounds: int | None) -> list[dict]:
             out.append({"experiment": "table52", "method": method, "alpha": alpha, "archs": "one", "lr": None,
                         "overrides": [f"data.alpha={alpha}"] + algorithm})
     for r in out:
+        r["seed"] = 0  # the configs' seed and split
         if rounds is not None:
             r["overrides"].append(f"federation.rounds={rounds}")
     return out
@@ -99,40 +102,41 @@ def key(r: dict) -> str:
     return f"{r['experiment']}/{r['method']}/{r['alpha']:g}/{r['archs']}/{r['lr'] or ''}"
 
 
-def record(fed, m: dict) -> dict:
+def record(rnd: int, m: dict, config) -> dict:
     """A round's accuracies, bytes and, per architecture, participants and accuracy before/after distillation."""
-    h = {"round": fed.round, "accuracy": m.get("eval/accuracy"), "time_s": m["time/round_s"],
+    h = {"round": rnd, "accuracy": m.get("eval/accuracy"), "time_s": m["time/round_s"],
          "ensemble": m.get("distill/ensemble_accuracy"), "participants": m["clients/participants"],
          "bytes_up": m["comm/bytes_up"], "bytes_down": m["comm/bytes_down"],
          "bytes_up_total": m["comm/bytes_up_total"], "bytes_down_total": m["comm/bytes_down_total"],
          "entropy_bits_up": m.get("distill/entropy_bits_up")}
-    sampled = [c.arch for c in fed.strategy.sample_clients(fed.round)]  # deterministic: this round's
-    for arch in fed.config.federation.architectures:
-        h[f"participants/{arch}"] = sampled.count(arch)
+    archs = config.federation.architectures
+    for arch in archs:
+        h[f"participants/{arch}"] = int(m.get(f"clients/participants/{arch}", m["clients/participants"] if len(archs) == 1 else 0))
         h[f"accuracy/{arch}"] = m.get(f"eval/accuracy/{arch}")
         h[f"before/{arch}"] = m.get(f"distill/accuracy_before/{arch}")
         h[f"after/{arch}"] = m.get(f"distill/accuracy_after/{arch}")
     return h
 
 
-def run(spec: dict) -> dict:
-    config = load_config(CONFIGS.get(spec["experiment"], COMPARE), spec["overrides"])
-    done = run_local(config, record)
-    out = {k: v for k, v in spec.items() if k != "overrides"}
-    out.update({"rounds": config.federation.rounds, "architectures": config.federation.architectures,
-                "clients_per_round": config.federation.clients_per_round, "aux_size": config.aux.size,
-                "distill_lr": getattr(config.algorithm, "distill", {}).get("lr") if config.algorithm.name != "fedavg"
-                else None, "history": done.records, "wall_s": done.wall_s})
-    return out
+def variant(spec: dict) -> str:
+    """A spec's name (its seed is the config's, 0): the sweep's variant and its trial folder."""
+    return f"{spec['method']},alpha={spec['alpha']:g},archs={spec['archs']}" + (f",lr={spec['lr']:g}" if spec["lr"] else "")
 
 
-def cost(spec: dict) -> float:
-    """Rough relative run time (measured with --rounds 2), for scheduling the longest runs first."""
-    per_round = {"fedbe": 8.0, "feddf": 4.0, "fedavg": 2.0}.get(spec["method"], 1.0) if spec["archs"] == "three" else \
-        {"fedbe": 2.5, "feddf": 2.0, "fedavg": 1.5}.get(spec["method"], 1.0) if spec["experiment"] != "table52" else \
-        {"fedavg": 1.5}.get(spec["method"], 2.0)
-    rounds = [int(o.split("=")[1]) for o in spec["overrides"] if o.startswith("federation.rounds=")]
-    return per_round * (rounds[-1] if rounds else 25)
+def run(args, experiment: str, specs: list[dict]) -> tuple[dict, list]:
+    """One experiment's specs as a sweep of its config; returns the finished runs by key, and the failed trials."""
+    done, failed = run_specs(CONFIGS.get(experiment, COMPARE), specs, variant, Path(args.sweep) / experiment, record,
+                             jobs=args.jobs)
+    results = {}
+    for spec, r in done:
+        config = r.config
+        out = {k: v for k, v in spec.items() if k not in ("overrides", "seed")}
+        out.update({"rounds": config.federation.rounds, "architectures": config.federation.architectures,
+                    "clients_per_round": config.federation.clients_per_round, "aux_size": config.aux.size,
+                    "distill_lr": getattr(config.algorithm, "distill", {}).get("lr") if config.algorithm.name != "fedavg"
+                    else None, "history": r.records, "wall_s": r.wall_s})
+        results[key(out)] = out
+    return results, failed
 
 
 def main() -> None:
@@ -151,13 +155,21 @@ def main() -> None:
     else:
         todo = [r for r in runs(args.rounds) if not args.only or r["experiment"] in args.only]
         start = time.perf_counter()
-        results = run_grid(run, todo, store, jobs=args.jobs, cost=cost,
-                           line=lambda r: f"{key(r):32} max {best(r):5.1f} final {final(r):5.1f} "
-                                          f"gain {fmt_gain(r):28} {r['wall_s']:6.0f} s")
-        meta.setdefault("invocations", []).append(invocation(args, todo, results, key, start))
+        results, failed = store.load(), []
+        for experiment in dict.fromkeys(s["experiment"] for s in todo):
+            new, failed_here = run(args, experiment, [s for s in todo if s["experiment"] == experiment])
+            results.update(new)
+            failed += failed_here
+            for r in new.values():
+                print(f"{key(r):32} max {best(r):5.1f} final {final(r):5.1f} gain {fmt_gain(r):28} {r['wall_s']:6.0f} s")
+            store.save(results)
+        meta.setdefault("invocations", []).append(invocation(args, [s for s in todo if key(s) in results], results,
+                                                             key, start, sweep=True))
         store.save(results)
     write_outputs(results, meta, out)
     print(f"wrote {out}.md, .json and .png")
+    if not args.plot_only:
+        report_failed(failed)
 
 
 if __name__ == "__main__":

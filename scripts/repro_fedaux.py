@@ -11,8 +11,9 @@ Table III scaled, a privacy sweep over eps, and the Mixed (three architectures) 
 - **lambda**: FedAUX with the paper's J at alpha 0.01, C = 0.4 for lambda from 0.1 down to 1e-4, at
   eps 0.1 and without noise, two seeds: can the paper's J spread the scores as the authors' code does
   (which is J at lambda / N), and what does the DP noise, which grows as 1/lambda, leave of that?
-- **claim**: the issue's claim at alpha 0.01 (FedAUX > FedDF+P > FedDF) with five seeds on one
-  machine, for all three C, with the differences paired by seed.
+- **claim**: the issue's claim at alpha 0.01 (FedAUX > FedDF+P > FedDF) with five seeds that vary the
+  split (the Dirichlet draw and the auxiliary data) as well as the run, for all three C, with the
+  differences paired by seed; FedAUX with the public normaliser (its privacy guarantee holds).
 - **mixed**: a third of the clients each on LogReg, the MLP and a one-layer LSTM-64 (FedAUX's Mixed:
   ResNet-8 / MobileNetV2 / ShuffleNet), FedDF, FedDF+P and FedAUX, alpha 0.01 and 100.
 
@@ -20,11 +21,13 @@ FedAUX runs twice everywhere: ``regularization: paper`` (w_i minimises the paper
 and ``code`` (the authors' code: sklearn C = 1/lambda, J with lambda / N), because the two give very
 different scores (see docs/methods.md). Writes docs/repro_fedaux.json (every run's rounds; ``--only``
 merges into the saved one), then docs/repro_fedaux.md (ours beside the paper's) and .png from it
-(scripts/fedaux_report.py). Before the grid, every (seed, architectures) pair is pre-trained once
-into the cache, so parallel runs never pre-train the same model twice.
+(scripts/fedaux_report.py). Each experiment runs as a ``fedray sweep`` (``fedray.repro.run_sweep``)
+into ``--sweep``/<experiment>, as many trials at once as Ray has CPUs; a stopped grid resumes. Before
+the grid, every (seed, architectures, auxiliary split) is pre-trained once into the cache, so trials
+at once never pre-train the same model twice.
 
-    python scripts/repro_fedaux.py --jobs 2
-    python scripts/repro_fedaux.py --only table71 --rounds 1 --out /tmp/quick   # timing check
+    python scripts/repro_fedaux.py
+    python scripts/repro_fedaux.py --only table71 --rounds 1 --out /tmp/quick --sweep /tmp/quick-runs   # timing check
     python scripts/repro_fedaux.py --plot-only
 """
 
@@ -34,13 +37,12 @@ import math
 import time
 from pathlib import Path
 
-import numpy as np
 import torch
 
 from fedray.assembly import initial_models, load_data
 from fedray.config import load_config
 from fedray.models import model_builder
-from fedray.repro import Store, grid_arguments, invocation, run_grid, run_local
+from fedray.repro import Store, grid_arguments, invocation, report_failed, run_specs
 
 from grid_report import best, final
 
@@ -88,7 +90,9 @@ def runs(rounds: int | None) -> list[dict]:
 
     def add(experiment, method, alpha, rate, seed, extra=(), eps=None, lam=None):
         overrides = [f"data.alpha={alpha}", f"federation.clients_per_round={round(rate * NUM_CLIENTS)}",
-                     f"seed={seed}", *METHODS[method][1], *extra]
+                     *METHODS[method][1], *extra]
+        if experiment == "claim" and method.startswith("fedaux"):
+            overrides.append("algorithm.normaliser=public")  # the guarantee's normaliser (docs/methods.md)
         if eps is not None:
             overrides.append(f"algorithm.eps={'.inf' if math.isinf(eps) else eps}")
         if lam is not None:
@@ -129,49 +133,62 @@ def key(r: dict) -> str:
     return f"{r['experiment']}/{r['method']}/{r['alpha']:g}/{r['rate']:g}/{r['seed']}/{eps}{lam}"
 
 
-def record(fed, m: dict) -> dict:
+def record(rnd: int, m: dict, config) -> dict:
     """A round's accuracies (overall, per architecture, of the teacher ensemble with and without the
-    certainty weights); after round 1 also what FedAUX's scores look like."""
-    h = {"round": fed.round, "accuracy": m.get("eval/accuracy"), "time_s": m["time/round_s"],
+    certainty weights); in round 1 also what FedAUX's scores look like (logged before round 1)."""
+    h = {"round": rnd, "accuracy": m.get("eval/accuracy"), "time_s": m["time/round_s"],
          "ensemble": m.get("distill/ensemble_accuracy"), "weighted": m.get("distill/weighted_ensemble_accuracy")}
-    for arch in fed.config.federation.architectures:
+    for arch in config.federation.architectures:
         h[f"accuracy/{arch}"] = m.get(f"eval/accuracy/{arch}")
-    scores = getattr(fed.strategy, "scores", None)
-    if fed.round == 1 and scores:
-        aucs = [a for a in map(fed.strategy.score_auc, sorted(scores)) if a is not None]
-        h["score_auc"] = float(np.mean(aucs)) if aucs else None
-        h["score_std"] = float(np.mean([s.std() for s in scores.values()]))  # spread within a client
-        h["score_mean"] = float(np.mean([s.mean() for s in scores.values()]))
+    if rnd == 1 and "fedaux/score_mean" in m:
+        h["score_auc"] = m.get("fedaux/score_auc")
+        h["score_std"] = m["fedaux/score_std"]  # the spread within a client, averaged over the clients
+        h["score_mean"] = m["fedaux/score_mean"]
     return h
 
 
-def run(spec: dict) -> dict:
-    config = load_config(CONFIG, spec["overrides"])
-    done = run_local(config, record)
-    out = {k: v for k, v in spec.items() if k != "overrides"}
-    out.update({"rounds": config.federation.rounds, "architectures": config.federation.architectures,
-                "history": done.records, "wall_s": done.wall_s, "privacy": done.summary.get("privacy"),
-                "pretrain": done.summary.get("pretrain")})
-    return out
+# the claim's seeds vary the split (the Dirichlet draw and the auxiliary data) with the run; the
+# other experiments keep the config's split and vary the run's seed (init, sampling, pre-training)
+HOLD = {"claim": ()}
 
 
-def cost(spec: dict) -> float:
-    """Rough relative run time, for scheduling the longest runs first."""
-    per_client = {"fedavg": 1.0, "fedprox": 1.2}.get(spec["method"].removesuffix("_p"), 1.5)
-    mixed = 3.0 if spec["experiment"] == "mixed" else 1.0
-    epochs = ONESHOT_EPOCHS if spec["experiment"] == "oneshot" else 15
-    return per_client * mixed * spec["rate"] * epochs
+def seed_overrides(experiment: str, seed: int) -> list[str]:
+    """What the sweep's seed sets for a trial of ``experiment`` (``fedray.sweeps``)."""
+    return [f"seed={seed}"] + ([f"data.seed={seed}", f"aux.seed={seed}"] if "split" not in HOLD.get(experiment, ("split",)) else [])
+
+
+def variant(spec: dict) -> str:
+    """A spec's name without its seed: the sweep's variant (trial folders are named after it)."""
+    eps = "" if spec["eps"] is None else f",eps={spec['eps']:g}"
+    lam = "" if spec.get("lam") is None else f",lam={spec['lam']:g}"
+    return f"{spec['method']},alpha={spec['alpha']:g},C={spec['rate']:g}{eps}{lam}"
+
+
+def run(args, experiment: str, specs: list[dict]) -> tuple[dict, list]:
+    """One experiment's specs as a sweep: a variant per spec without its seed, crossed with the
+    experiment's seeds; returns the finished runs by key, and the failed trials."""
+    done, failed = run_specs(CONFIG, specs, variant, Path(args.sweep) / experiment, record,
+                             hold=HOLD.get(experiment, ("split",)), jobs=args.jobs)
+    results = {}
+    for spec, r in done:
+        out = {k: v for k, v in spec.items() if k != "overrides"}
+        out.update({"split_seed": r.config.data.seed, "normaliser": getattr(r.config.algorithm, "normaliser", None),
+                    "rounds": r.config.federation.rounds, "architectures": r.config.federation.architectures,
+                    "history": r.records, "wall_s": r.wall_s, "privacy": r.summary.get("privacy"),
+                    "pretrain": r.summary.get("pretrain")})
+        results[key(out)] = out
+    return results, failed
 
 
 def warm_cache(specs: list[dict]) -> None:
-    """Pre-train every (seed, architectures) pair the specs need, once, into the cache."""
+    """Pre-train every (seed, architectures, auxiliary split) the specs need, once, into the cache."""
     seen = set()
     for spec in specs:
-        config = load_config(CONFIG, spec["overrides"])
+        config = load_config(CONFIG, spec["overrides"] + seed_overrides(spec["experiment"], spec["seed"]))
         archs = tuple(config.federation.architectures)
-        if not config.pretrain.epochs or (config.seed, archs) in seen:
+        if not config.pretrain.epochs or (config.seed, archs, config.aux.seed) in seen:
             continue
-        seen.add((config.seed, archs))
+        seen.add((config.seed, archs, config.aux.seed))
         start = time.perf_counter()
         data = load_data(config)
         build = model_builder(config.federation.model_options, data.input_shape, data.num_classes)
@@ -197,12 +214,21 @@ def main() -> None:
         start = time.perf_counter()
         warm_cache(todo)
         warm_s = time.perf_counter() - start
-        results = run_grid(run, todo, store, jobs=args.jobs, cost=cost,
-                           line=lambda r: f"{key(r):36} max {best(r):5.1f} final {final(r):5.1f} {r['wall_s']:5.0f} s")
-        meta.setdefault("invocations", []).append(invocation(args, todo, results, key, start, warm_s=warm_s))
+        results, failed = store.load(), []
+        for experiment in dict.fromkeys(s["experiment"] for s in todo):
+            new, failed_here = run(args, experiment, [s for s in todo if s["experiment"] == experiment])
+            results.update(new)
+            failed += failed_here
+            for r in new.values():
+                print(f"{key(r):36} max {best(r):5.1f} final {final(r):5.1f} {r['wall_s']:5.0f} s")
+            store.save(results)
+        meta.setdefault("invocations", []).append(invocation(args, [s for s in todo if key(s) in results], results,
+                                                             key, start, warm_s=warm_s, sweep=True))
         store.save(results)
     write_outputs(results, meta, out)
     print(f"wrote {out}.md, .json and .png")
+    if not args.plot_only:
+        report_failed(failed)
 
 
 if __name__ == "__main__":

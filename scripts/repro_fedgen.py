@@ -25,10 +25,14 @@ FedGen (``fedgen_weighted``, ``fedgen_alpha10``, ``fedgen_beta``, ``fedgen_count
 
 Writes ``docs/repro_fedgen.md`` and ``.json``; runs of a grid merge into the saved results.
 
-    python scripts/repro_fedgen.py --only table1 --jobs 2
-    python scripts/repro_fedgen.py --only table1 --jobs 2 --alphas 0.1 --methods fedavg fedgen --seeds 0
-    python scripts/repro_fedgen.py --only table2 --jobs 2
-    python scripts/repro_fedgen.py --only table4 --jobs 2
+    python scripts/repro_fedgen.py --only table1
+    python scripts/repro_fedgen.py --only table1 --alphas 0.1 --methods fedavg fedgen --seeds 0
+    python scripts/repro_fedgen.py --only table2
+    python scripts/repro_fedgen.py --only table4
+
+Each table runs as a ``fedray sweep`` (``fedray.repro.run_specs``) into ``--sweep``/<table>, as many
+trials at once as Ray has CPUs; a seed sets the run's seed and the split's (``seed``, ``data.seed``,
+``aux.seed``: the held-back unlabelled inputs too). A stopped grid resumes where it stopped.
 """
 
 from __future__ import annotations
@@ -38,8 +42,7 @@ from pathlib import Path
 
 import numpy as np
 
-from fedray.config import load_config
-from fedray.repro import Store, grid_arguments, invocation, markdown_table, run_grid, run_local
+from fedray.repro import Store, grid_arguments, invocation, markdown_table, report_failed, run_specs
 
 ROOT = Path(__file__).resolve().parents[1]
 ALPHAS = (0.05, 0.1, 1.0)
@@ -84,8 +87,7 @@ PAPER_SIZES = {(64, 256): "72.01±0.76", (32, 256): "71.61±0.25", (32, 128): "7
 
 
 def spec(experiment: str, method: str, alpha: float, seed: int, rounds: int, size=None) -> dict:
-    overrides = METHODS[method][1] + [f"data.alpha={alpha}", f"seed={seed}", f"data.seed={seed}",
-                                      f"federation.rounds={rounds}", "aux.size=5000"]
+    overrides = METHODS[method][1] + [f"data.alpha={alpha}", f"federation.rounds={rounds}", "aux.size=5000"]
     if size is not None:
         overrides[0] = f"algorithm={{name: fedgen, noise_dim: {size[0]}, hidden_dim: {size[1]}}}"
     if experiment == "table4":
@@ -99,16 +101,25 @@ def key(r: dict) -> str:
     return f"{r['experiment']}/{r['method']}{size}/alpha{r['alpha']}/seed{r['seed']}"
 
 
-def record(fed, m: dict) -> dict:
-    return {"round": fed.round, "accuracy": m["eval/accuracy"], "personal": m.get("eval/personal_accuracy"),
+def record(rnd: int, m: dict, config) -> dict:
+    return {"round": rnd, "accuracy": m["eval/accuracy"], "personal": m.get("eval/personal_accuracy"),
             "generator": m.get("fedgen/accuracy"), "time_s": m["time/round_s"]}
 
 
-def run_one(s: dict) -> dict:
-    config = load_config(ROOT / "configs" / "fedgen.yaml", s["overrides"])
-    done = run_local(config, record)
-    return {**{k: v for k, v in s.items() if k != "overrides"}, "rounds": config.federation.rounds,
-            "history": done.records, "wall_s": done.wall_s}
+def variant(s: dict) -> str:
+    """A spec's name without its seed: the sweep's variant (trial folders are named after it)."""
+    size = f",size={s['size'][0]}x{s['size'][1]}" if s.get("size") else ""
+    return f"{s['method']}{size},alpha={s['alpha']:g}"
+
+
+def run(args, experiment: str, specs: list[dict]) -> tuple[dict, list]:
+    """One experiment's specs as a sweep (a seed sets the run and the split: ``seed``, ``data.seed``,
+    ``aux.seed``); returns the finished runs by key, and the failed trials."""
+    done, failed = run_specs(ROOT / "configs" / "fedgen.yaml", specs, variant, Path(args.sweep) / experiment, record,
+                             jobs=args.jobs)
+    results = [{**{k: v for k, v in spec.items() if k != "overrides"}, "rounds": r.config.federation.rounds,
+                "history": r.records, "wall_s": r.wall_s} for spec, r in done]
+    return {key(r): r for r in results}, failed
 
 
 def top5(r: dict, field: str = "accuracy") -> float:
@@ -184,7 +195,7 @@ def write(results: dict, path: Path, calls: list[dict]) -> None:
                   "", *markdown_table(["[d_eps, d_h]", "ours", "paper (EMNIST)"], sizes)]
     lines += ["", "Written by `scripts/repro_fedgen.py`: " + "; ".join(
         f"{c['runs']} runs ({', '.join(c['only'] or ['all'])}) in {c['wall_s'] / 60:.1f} min with {c['jobs']} "
-        f"processes on {c['cpu']}" for c in calls) + "."]
+        f"{'trials at once' if c.get('sweep') else 'processes'} on {c['cpu']}" for c in calls) + "."]
     path.write_text("\n".join(lines) + "\n")
 
 
@@ -212,15 +223,20 @@ def main() -> None:
         todo += [spec("table4", m, a, s, rounds) for s in args.seeds for a in ALPHAS4 for m in PAPER_HEAD
                  if not args.methods or m in args.methods]
     start = time.perf_counter()
-    results = run_grid(run_one, todo, store, args.jobs,
-                       cost=lambda s: {"fedensemble": 1.5, "feddfusion": 1.5}.get(s["method"], 1.0),
-                       line=lambda r: f"{key(r)}: top-5 {100 * top5(r):.1f}%, final {100 * r['history'][-1]['accuracy']:.1f}% "
-                                      f"({r['wall_s']:.0f} s)")
-    calls = calls + [invocation(args, todo, results, key, start, methods=args.methods or [], alphas=args.alphas,
-                                seeds=args.seeds)]
+    results, failed = store.load(), []
+    for experiment in dict.fromkeys(s["experiment"] for s in todo):
+        new, failed_here = run(args, experiment, [s for s in todo if s["experiment"] == experiment])
+        results.update(new)
+        failed += failed_here
+        for r in new.values():
+            print(f"{key(r)}: top-5 {100 * top5(r):.1f}%, final {100 * r['history'][-1]['accuracy']:.1f}% ({r['wall_s']:.0f} s)")
+        store.save(results)
+    calls = calls + [invocation(args, [s for s in todo if key(s) in results], results, key, start,
+                                methods=args.methods or [], alphas=args.alphas, seeds=args.seeds, sweep=True)]
     store.header = {"invocations": calls}
     store.save(results)
     write(results, out.with_suffix(".md"), calls)
+    report_failed(failed)
 
 
 if __name__ == "__main__":

@@ -4,19 +4,21 @@ Runs every method on every split from configs/repro_thesis_fig41.yaml (local bac
 minutes on 2 cores) and writes docs/repro_fig41.md (table), .json (numbers, after every finished run;
 a run with the same number of rounds merges into it) and .png (bars).
 
-    python scripts/repro_fig41.py [--rounds-scale 0.1]   # a quick, smaller run; --jobs 2: in 2 processes
+    python scripts/repro_fig41.py [--rounds-scale 0.1]   # a quick, smaller run
     python scripts/repro_fig41.py --plot-only
+
+The runs are ``fedray sweep`` trials (``fedray.repro.run_specs``) into ``--sweep``/rounds<N>, as
+many at once as Ray has CPUs (``--jobs`` caps them); a stopped grid resumes where it stopped.
 """
 
 from __future__ import annotations
 
 import argparse
-from functools import partial
 from pathlib import Path
 
 from fedray.config import load_config
 from fedray.figures import figure, save_figure
-from fedray.repro import Store, markdown_table, run_grid, run_local
+from fedray.repro import Store, markdown_table, report_failed, run_specs
 
 ROOT = Path(__file__).resolve().parents[1]
 BASE = ROOT / "configs" / "repro_thesis_fig41.yaml"
@@ -36,18 +38,30 @@ PAPER = ("Fig. 4.1 (MNIST logistic regression, 10 clients): all methods comparab
          "signSGD plateaus lower and FedAvg degrades.")
 
 
-def run(rounds: int, spec: tuple[str, str]) -> dict:
-    """One method on one split: final accuracy and MB up/down in all (``ROUNDS/10``: a tenth of the rounds)."""
-    method, split = spec
-    overrides = SPLITS[split] + METHODS[method]
-    if "ROUNDS/10" in overrides:
-        rounds //= 10
-    overrides = [o for o in overrides if not o.startswith("ROUNDS")]
-    config = load_config(BASE, overrides + [f"federation.rounds={rounds}",
-                                            f"federation.eval_every={max(rounds // 10, 1)}"])
-    metrics = run_local(config).records[-1]
-    return {"method": method, "split": split, "accuracy": metrics["eval/accuracy"],
-            "mb_up": metrics["comm/bytes_up_total"] / 1e6, "mb_down": metrics["comm/bytes_down_total"] / 1e6}
+def specs(rounds: int) -> list[dict]:
+    """Every method on every split, seed 0 (the config's): ``ROUNDS/10``, a tenth of the rounds."""
+    out = []
+    for method in METHODS:
+        for split in SPLITS:
+            overrides = SPLITS[split] + METHODS[method]
+            n = rounds // 10 if "ROUNDS/10" in overrides else rounds
+            out.append({"method": method, "split": split, "seed": 0,
+                        "overrides": [o for o in overrides if not o.startswith("ROUNDS")]
+                        + [f"federation.rounds={n}", f"federation.eval_every={max(n // 10, 1)}"]})
+    return out
+
+
+def run(rounds: int, sweep: Path, jobs: int | None) -> tuple[dict, list]:
+    """The grid as a sweep: final accuracy and MB up/down in all, by (method, split); and the failed trials."""
+    done, failed = run_specs(BASE, specs(rounds), lambda s: f"{s['method']},{s['split']}", sweep,
+                             lambda rnd, m, config: m, jobs=jobs)
+    results = {}
+    for spec, r in done:
+        last = r.records[-1]
+        results[spec["method"], spec["split"]] = {
+            "method": spec["method"], "split": spec["split"], "accuracy": last["eval/accuracy"],
+            "mb_up": last["comm/bytes_up_total"] / 1e6, "mb_down": last["comm/bytes_down_total"] / 1e6}
+    return results, failed
 
 
 def write_outputs(results: dict[tuple[str, str], dict], rounds: int) -> None:
@@ -72,7 +86,8 @@ def write_outputs(results: dict[tuple[str, str], dict], rounds: int) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--rounds-scale", type=float, default=1.0)
-    parser.add_argument("--jobs", type=int, default=1, help="runs in parallel processes")
+    parser.add_argument("--jobs", type=int, help="trials at once (default: one per CPU of Ray)")
+    parser.add_argument("--sweep", default="runs/repro/repro_fig41", help="the sweep folder: the trials' run folders")
     parser.add_argument("--plot-only", action="store_true", help="redraw from docs/repro_fig41.json")
     args = parser.parse_args()
     store = Store(OUT.with_suffix(".json"), key=lambda r: (r["method"], r["split"]), match=("rounds",))
@@ -82,11 +97,15 @@ def main() -> None:
         return
     rounds = int(load_config(BASE).federation.rounds * args.rounds_scale)
     store.header["rounds"] = rounds
-    results = run_grid(partial(run, rounds), [(m, s) for m in METHODS for s in SPLITS], store, jobs=args.jobs,
-                       line=lambda r: f"{r['method']:26} {r['split']:17} acc {r['accuracy']:.4f}  "
-                                      f"up {r['mb_up']:8.2f} MB  down {r['mb_down']:8.2f} MB")
+    results, failed = run(rounds, Path(args.sweep) / f"rounds{rounds}", args.jobs)
+    for r in results.values():
+        print(f"{r['method']:26} {r['split']:17} acc {r['accuracy']:.4f}  up {r['mb_up']:8.2f} MB  "
+              f"down {r['mb_down']:8.2f} MB")
+    results = {**store.load(), **results}
+    store.save(results)
     write_outputs(results, rounds)
     print("wrote docs/repro_fig41.md, .json and .png")
+    report_failed(failed)
 
 
 if __name__ == "__main__":

@@ -19,9 +19,13 @@ and MrTF, and MrTF with the authors' code's rules (``configs/mrtf_code.yaml``). 
 gives Fig. 7 and Fig. 11 as plots only, so the table states its ordering.
 
     python scripts/repro_mrtf.py --only demo
-    python scripts/repro_mrtf.py --only compare --jobs 2
-    python scripts/repro_mrtf.py --only compare --jobs 2 --splits "alpha 1" "C-bar 5"   # merged into the saved
-    python scripts/repro_mrtf.py --only compare --jobs 2 --splits "alpha 0.1" --seeds 1 2
+    python scripts/repro_mrtf.py --only compare --seeds 0 1 2 3 4
+    python scripts/repro_mrtf.py --only compare --splits "alpha 1" "C-bar 5"   # merged into the saved
+    python scripts/repro_mrtf.py --only compare --methods mrtf al fedavg --seeds 0 1 2 3 4
+
+The grid runs as a ``fedray sweep`` (``fedray.repro.run_sweep``): one trial per split, method and
+seed, as many at once as Ray has CPUs (``--jobs`` caps them), each an ordinary run folder under
+``--sweep`` (default ``runs/repro/repro_mrtf/compare``); a stopped grid resumes where it stopped.
 """
 
 from __future__ import annotations
@@ -39,7 +43,7 @@ from fedray.distill import aggregate_teachers
 from fedray.distill.ensemble import predict_logits
 from fedray.distill.refinery import local_share, rectified_target, stabilised_probs
 from fedray.models import create_model
-from fedray.repro import Store, cpu_model, grid_arguments, invocation, markdown_table, run_grid, run_local
+from fedray.repro import Store, cpu_model, grid_arguments, invocation, markdown_table, report_failed, run_sweep
 from fedray.training import local_train, set_torch_threads
 from fedray.weights import get_weights, set_weights, weighted_mean
 
@@ -156,29 +160,25 @@ METHODS = {"fedavg": ("FedAvg (PA)", ["algorithm={name: fedavg}"]),
                "training.batch_size=32", "training.weight_decay=0.00001"])}
 
 
-def specs(rounds: int, seeds: list[int]) -> list[dict]:
-    """Seed s sets the run's seed and the split's (``seed``, ``data.seed``)."""
-    return [{"split": split, "method": method, "seed": seed,
-             "overrides": SPLITS[split] + METHODS[method][1] + [f"seed={seed}", f"data.seed={seed}",
-             f"federation.rounds={rounds}", "runtime.torch_threads=1"]}  # one thread a process: --jobs of them
-            for seed in seeds for split in SPLITS for method in METHODS]
-
-
 def key(r: dict) -> str:
     seed = r.get("seed", 0)
     return f"{r['split']}/{r['method']}" + (f"/seed{seed}" if seed else "")
 
 
-def record(fed, m: dict) -> dict:
-    return {"round": fed.round, "accuracy": m.get("eval/accuracy"), "aggregate": m.get("mrtf/accuracy_aggregate"),
+def record(rnd: int, m: dict, config) -> dict:
+    return {"round": rnd, "accuracy": m.get("eval/accuracy"), "aggregate": m.get("mrtf/accuracy_aggregate"),
             "targets": m.get("mrtf/accuracy_targets"), "time_s": m["time/round_s"]}
 
 
-def run_compare(spec: dict) -> dict:
-    config = load_config(ROOT / "configs" / "mrtf.yaml", spec["overrides"])
-    done = run_local(config, record)
-    return {"split": spec["split"], "method": spec["method"], "seed": spec["seed"], "rounds": config.federation.rounds,
-            "history": done.records, "wall_s": done.wall_s}
+def run_compare(args, rounds: int, splits: list[str], methods: list[str]) -> tuple[dict, list]:
+    """The grid as a sweep: every split and method for every seed, a seed setting the run's seed and
+    the split's (``seed``, ``data.seed``); returns the finished runs by key, and the failed trials."""
+    grid = {"split": {s: SPLITS[s] for s in splits}, "method": {m: METHODS[m][1] for m in methods}}
+    done, failed = run_sweep(ROOT / "configs" / "mrtf.yaml", grid, args.seeds, Path(args.sweep) / "compare", record,
+                             overrides=[f"federation.rounds={rounds}"], jobs=args.jobs)
+    results = [{"split": r.point["split"], "method": r.point["method"], "seed": r.seed, "rounds": rounds,
+                "history": r.records, "wall_s": r.wall_s} for r in done]
+    return {key(r): r for r in results}, failed
 
 
 def write_compare(results: dict, path: Path, calls: list[dict], rounds: int) -> None:
@@ -224,7 +224,7 @@ def write_compare(results: dict, path: Path, calls: list[dict], rounds: int) -> 
              + "; ".join(f"{m['runs']} runs ({', '.join(m['methods'] + m.get('splits', [])) or 'all'}"
                          f"{', seeds ' + ' '.join(map(str, m['seeds'])) if m.get('seeds', [0]) != [0] else ''}) in "
                          f"{m['wall_s'] / 60:.1f} min with "
-                         f"{m['jobs']} processes on {m['cpu']}" for m in calls) + "."]
+                         f"{m['jobs']} {'trials at once' if m.get('sweep') else 'processes'} on {m['cpu']}" for m in calls) + "."]
     path.write_text("\n".join(lines) + "\n")
 
 
@@ -252,21 +252,18 @@ def main() -> None:
         return
     if not args.only or "compare" in args.only:
         rounds = args.rounds or 20
-        start, todo = time.perf_counter(), [s for s in specs(rounds, args.seeds) if (not args.methods or s["method"] in args.methods)
-                                            and (not args.splits or s["split"] in args.splits)]
+        start = time.perf_counter()
         store = Store(out.with_suffix(".json"), key, header={"rounds": rounds}, match=("rounds",))
         saved = store.read() or {}
         earlier = saved.get("invocations", []) if (args.methods or args.splits or args.seeds != [0]) and saved.get("rounds") == rounds else []
-        store.header["invocations"] = earlier  # kept by every save of the grid, so a stopped grid keeps them
-        results = run_grid(run_compare, todo, store, args.jobs,
-                           cost=lambda s: 3.0 if s["method"].startswith(("st", "mrtf", "al")) else 1.0,
-                           line=lambda r: f"{key(r)}: final {100 * r['history'][-1]['accuracy']:.1f}% "
-                                          f"({r['wall_s']:.0f} s)")
-        calls = earlier + [invocation(args, todo, results, key, start, methods=args.methods or [], splits=args.splits or [],
-                                      seeds=args.seeds)]
+        new, failed = run_compare(args, rounds, args.splits or list(SPLITS), args.methods or list(METHODS))
+        results = {**store.load(), **new}
+        calls = earlier + [invocation(args, list(new.values()), results, key, start, methods=args.methods or [],
+                                      splits=args.splits or [], seeds=args.seeds, sweep=True)]
         store.header = {"rounds": rounds, "invocations": calls}
         store.save(results)
         write_compare(results, out.with_suffix(".md"), calls, rounds)
+        report_failed(failed)
 
 
 if __name__ == "__main__":

@@ -2,15 +2,16 @@
 
 Runs the table's methods (baseline, signSGD, FedAvg n = 25/100/400, STC p = 1/25, 1/100, 1/400) on a
 base config with the same budget of local iterations (a FedAvg round with delay n counts n), each
-until the highest target is reached or the budget is spent. The test set is checked every
+for the whole budget, as ``fedray sweep`` trials (``fedray.repro.run_specs``, ``--sweep``), the MB to a
+target read at the first evaluation that reaches it. The test set is checked every
 ``--eval-every`` iterations (every round for FedAvg with n above that), so MB are read at that
 resolution. Writes docs/repro_table42_<config>.md (our MB to each target beside the paper's
 Fashion-MNIST column; it says which targets are the paper's and which were given with ``--targets``),
 .json (every evaluation: iterations, accuracy, bytes) and .png (accuracy against iterations and
 against upload MB, as in Fig. 4.5). A run with the same config, budget, evaluation interval, signSGD
-step and targets as the saved .json merges into it (``--methods`` re-runs a few methods).
+step as the saved .json merges into it (``--methods`` re-runs a few methods).
 
-    python scripts/repro_table42.py configs/repro_thesis_table42_lstm.yaml --budget 3000 --jobs 2
+    python scripts/repro_table42.py configs/repro_thesis_table42_lstm.yaml --budget 3000
     python scripts/repro_table42.py configs/repro_thesis_table42_lstm.yaml --plot-only
 """
 
@@ -18,13 +19,10 @@ from __future__ import annotations
 
 import argparse
 import math
-from functools import partial
-from itertools import count
 from pathlib import Path
 
-from fedray.config import load_config
 from fedray.figures import figure, save_figure
-from fedray.repro import Store, listing, markdown_table, run_grid, run_local
+from fedray.repro import Store, listing, markdown_table, report_failed, run_specs
 
 ROOT = Path(__file__).resolve().parents[1]
 # name: (algorithm, local iterations per round, paper's F-MNIST LSTM MB up / down to 0.89)
@@ -41,32 +39,31 @@ METHODS = {
 PAPER_TARGET = 0.89  # Table 4.2's target; any other comes from --targets
 
 
-def run(base: str, sign_step: float, budget: int, eval_every: int, stop_at: float, name: str) -> dict:
-    """One method: the evaluations (iterations, accuracy, MB up/down in total) until stop_at or budget."""
-    algorithm, steps, _ = METHODS[name]
-    rounds = max(budget // steps, 1)
-    config = load_config(base, [f"algorithm={algorithm.replace('SIGN_STEP', str(sign_step))}",
-                                f"training.steps={steps}", f"federation.rounds={rounds}",
-                                f"federation.eval_every={max(1, eval_every // steps)}"])
-    evaluations = count(1)
-
-    def record(fed, m: dict) -> dict | None:
-        if "eval/accuracy" not in m:
-            return None
-        e = {"iterations": fed.round * steps, "accuracy": m["eval/accuracy"],
-             "mb_up": m["comm/bytes_up_total"] / 1e6, "mb_down": m["comm/bytes_down_total"] / 1e6}
-        if next(evaluations) % 10 == 0:
-            print(f"  {name}: {e['iterations']} it., accuracy {e['accuracy']:.4f}", flush=True)
-        return e
-
-    done = run_local(config, record, stop=lambda fed, m: m.get("eval/accuracy", 0.0) >= stop_at)
-    return {"method": name, "evals": done.records, "clients_per_round": config.federation.clients_per_round}
+def specs(sign_step: float, budget: int, eval_every: int, methods: list[str]) -> list[dict]:
+    """Each method with the budget of local iterations (a round of delay n counts n), seed 0 (the config's)."""
+    out = []
+    for name in methods:
+        algorithm, steps, _ = METHODS[name]
+        out.append({"method": name, "seed": 0,
+                    "overrides": [f"algorithm={algorithm.replace('SIGN_STEP', str(sign_step))}",
+                                  f"training.steps={steps}", f"federation.rounds={max(budget // steps, 1)}",
+                                  f"federation.eval_every={max(1, eval_every // steps)}"]})
+    return out
 
 
-def cost(budget: int, name: str) -> float:
-    """A rough guess of the relative run time, for the order only: the rounds, doubled for STC (it compresses
-    both ways). As before, STC's methods start first, then the others by their number of rounds."""
-    return max(budget // METHODS[name][1], 1) * (2 if name.startswith("STC") else 1)
+def record(rnd: int, m: dict, config) -> dict | None:
+    """An evaluation: iterations, accuracy, MB up/down in total (None for a round without one)."""
+    if "eval/accuracy" not in m:
+        return None
+    return {"iterations": rnd * config.training.steps, "accuracy": m["eval/accuracy"],
+            "mb_up": m["comm/bytes_up_total"] / 1e6, "mb_down": m["comm/bytes_down_total"] / 1e6}
+
+
+def run(config: Path, todo: list[dict], sweep: Path, jobs: int | None) -> tuple[dict, list]:
+    """The methods as a sweep of ``config``: every evaluation of each; and the failed trials."""
+    done, failed = run_specs(config, todo, lambda s: s["method"], sweep, record, jobs=jobs)
+    return {spec["method"]: {"method": spec["method"], "evals": r.records,
+                             "clients_per_round": r.config.federation.clients_per_round} for spec, r in done}, failed
 
 
 def first_reaching(evals: list[dict], target: float) -> dict | None:
@@ -124,31 +121,37 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("config", type=Path)
     parser.add_argument("--targets", type=float, nargs="+",
-                        help=f"accuracies to report MB for (default {PAPER_TARGET}, the paper's); each method stops "
-                             f"at the highest; with --plot-only, the targets of the redrawn table")
+                        help=f"accuracies to report MB for (default {PAPER_TARGET}, the paper's); with --plot-only, "
+                             f"the targets of the redrawn table")
     parser.add_argument("--budget", type=int, default=20000, help="local iterations per method")
     parser.add_argument("--eval-every", type=int, default=50, help="iterations between test evaluations")
     parser.add_argument("--sign-step", type=float, default=0.0002, help="signSGD's delta (thesis: 0.0002)")
     parser.add_argument("--methods", nargs="+", choices=list(METHODS), default=list(METHODS))
-    parser.add_argument("--jobs", type=int, default=1, help="methods run in parallel processes")
+    parser.add_argument("--jobs", type=int, help="trials at once (default: one per CPU of Ray)")
+    parser.add_argument("--sweep", type=Path, help="the sweep folder (default runs/repro/table42_<config>)")
     parser.add_argument("--plot-only", action="store_true", help="redraw from the saved .json")
     args = parser.parse_args()
     out = ROOT / "docs" / f"repro_table42_{args.config.stem}"
     targets = sorted(args.targets or [PAPER_TARGET])
     header = {"config": str(args.config), "budget": args.budget, "eval_every": args.eval_every,
               "sign_step": args.sign_step, "targets": targets}
-    store = Store(out.with_suffix(".json"), key=lambda r: r["method"], header=header, match=tuple(header))
+    store = Store(out.with_suffix(".json"), key=lambda r: r["method"], header=header,
+                  match=("config", "budget", "eval_every", "sign_step"))
     if args.plot_only:
         saved = store.read()
         saved["targets"] = sorted(args.targets or saved["targets"])
         write_outputs(saved, out)
         return
-    results = run_grid(partial(run, str(args.config), args.sign_step, args.budget, args.eval_every, targets[-1]),
-                       args.methods, store, jobs=args.jobs, cost=partial(cost, args.budget),
-                       line=lambda r: f"{r['method']:13} best {max(e['accuracy'] for e in r['evals']):.4f} after "
-                                      f"{r['evals'][-1]['iterations']} it., {r['evals'][-1]['mb_up']:.1f} MB up in all")
+    sweep = args.sweep or Path("runs") / "repro" / f"table42_{args.config.stem}" / f"budget{args.budget}"
+    new, failed = run(args.config, specs(args.sign_step, args.budget, args.eval_every, args.methods), sweep, args.jobs)
+    for r in new.values():
+        print(f"{r['method']:13} best {max(e['accuracy'] for e in r['evals']):.4f} in "
+              f"{r['evals'][-1]['iterations']} it., {r['evals'][-1]['mb_up']:.1f} MB up in all")
+    results = {**store.load(), **new}
+    store.save(results)
     write_outputs({**header, "results": list(results.values())}, out)
     print(f"wrote {out}.md, .json and .png")
+    report_failed(failed)
 
 
 if __name__ == "__main__":

@@ -1,75 +1,52 @@
-"""The reproduction harness (fedray.repro) on tiny digits runs, without Ray: grids, merging, early stop."""
+"""The reproduction harness (fedray.repro) without Ray: results merged, runs read back from their event
+files, the scripts' arguments and records (its sweeps run on Ray in tests/integration/test_sweep.py)."""
 
 import json
-import os
 import time
 
 import pytest
 
-from fedray.config import build_config
-from fedray.repro import Store, cpu_model, grid_arguments, invocation, listing, markdown_table, run_grid, run_local
+from fedray.repro import (Store, cpu_model, grid_arguments, invocation, listing, markdown_table, round_metrics,
+                          run_specs)
 
 
-def tiny(rounds: int):
-    """Four logistic-regression clients on digits; a checkpoint every round unless the harness turns them off."""
-    return build_config({"checkpoint_every": 1, "data": {"dataset": "digits"},
-                         "federation": {"num_clients": 4, "clients_per_round": 2, "rounds": rounds,
-                                        "architectures": {"logreg": 4}},
-                         "training": {"lr": 0.1, "batch_size": 16, "epochs": 1},
-                         "runtime": {"backend": "local", "torch_threads": 1}})
-
-
-def record_files(fed, metrics: dict) -> dict:
-    """The round, its accuracy, and the files in the run folder after it."""
-    return {"round": fed.round, "accuracy": metrics["eval/accuracy"], "run_dir": str(fed.run_dir),
-            "files": sorted(p.name for p in fed.run_dir.iterdir())}
-
-
-def run_spec(spec: dict) -> dict:
-    """Module level, so that the worker processes can unpickle it."""
-    if spec.get("fail"):
-        raise RuntimeError("this run fails")
-    done = run_local(tiny(spec["rounds"]), record_files)
-    return {**spec, "records": done.records, "rounds_run": done.summary["rounds"], "pid": os.getpid()}
-
-
-def test_grid_writes_every_result_merges_reruns_and_writes_no_checkpoint(tmp_path, capsys):
+def test_store_merges_results_and_drops_a_file_of_another_header(tmp_path):
     path = tmp_path / "grid.json"
     store = Store(path, key=lambda r: r["name"], header={"budget": 2}, match=("budget",))
-    specs = [{"name": "short", "rounds": 1}, {"name": "long", "rounds": 2}]
-    run_grid(run_spec, specs, store, jobs=2, cost=lambda s: s["rounds"], line=lambda r: f"done {r['name']}")
+    store.save({"short": {"name": "short", "v": 1}, "long": {"name": "long", "v": 2}})
     saved = json.loads(path.read_text())
-    assert saved["budget"] == 2 and sorted(r["name"] for r in saved["results"]) == ["long", "short"]
-    long = next(r for r in saved["results"] if r["name"] == "long")
-    assert [h["round"] for h in long["records"]] == [1, 2] and long["rounds_run"] == 2
-    assert all(r["pid"] != os.getpid() for r in saved["results"])  # ran in worker processes
-    assert sorted(capsys.readouterr().out.split("\n")) == ["", "done long", "done short"]
-    assert not any(f.startswith("checkpoint") for r in saved["results"] for h in r["records"] for f in h["files"])
-    assert not os.path.exists(long["records"][0]["run_dir"])  # the temporary folder is gone
-
-    results = run_grid(run_spec, [{"name": "short", "rounds": 1, "again": True}], store, jobs=2)
-    saved = {r["name"]: r for r in json.loads(path.read_text())["results"]}
-    assert saved.keys() == results.keys() == {"short", "long"}
-    assert saved["short"]["again"] and saved["long"] == long  # the re-run replaced its own result only
+    assert saved["budget"] == 2 and [r["name"] for r in saved["results"]] == ["short", "long"]
+    store.save({**store.load(), "short": {"name": "short", "v": 3}})  # a re-run replaces its own result only
+    assert store.load() == {"short": {"name": "short", "v": 3}, "long": {"name": "long", "v": 2}}
     assert Store(path, key=lambda r: r["name"], header={"budget": 3}, match=("budget",)).load() == {}
+    bare = Store(tmp_path / "bare.json", key=lambda r: r["name"], field=None)
+    bare.save({"a": {"name": "a"}})
+    assert json.loads(bare.path.read_text()) == [{"name": "a"}]  # field=None: a bare list
 
 
-def test_grid_starts_the_costliest_first_and_a_partial_grid_survives(tmp_path, capsys):
-    store = Store(tmp_path / "grid.json", key=lambda r: r["name"], field=None)
-    specs = [{"name": "cheap", "rounds": 1}, {"name": "broken", "fail": True}, {"name": "dear", "rounds": 1}]
-    cost = {"dear": 3, "cheap": 2, "broken": 1}
-    with pytest.raises(RuntimeError, match="this run fails"):
-        run_grid(run_spec, specs, store, jobs=1, cost=lambda s: cost[s["name"]], line=lambda r: r["name"])
-    assert capsys.readouterr().out.split() == ["dear", "cheap"]
-    assert [r["name"] for r in json.loads(store.path.read_text())] == ["dear", "cheap"]  # field=None: a bare list
+def test_round_metrics_reads_a_runs_rounds_from_its_event_files(tmp_path):
+    from torch.utils.tensorboard import SummaryWriter
+
+    with SummaryWriter(str(tmp_path)) as w:
+        w.add_scalar("fedaux/score_mean", 0.25, 0)  # before round 1: joins round 1
+        for epoch in range(1, 6):
+            w.add_scalar("pretrain/loss/mlp", 1.0 / epoch, epoch)  # by pre-training epoch: left out
+        for rnd in (1, 2, 3):
+            w.add_scalar("time/round_s", 0.5 * rnd, rnd)
+            if rnd != 2:
+                w.add_scalar("eval/accuracy", 0.125 * rnd, rnd)
+    rounds = round_metrics(tmp_path)
+    assert rounds == {1: {"fedaux/score_mean": 0.25, "time/round_s": 0.5, "eval/accuracy": 0.125},
+                      2: {"time/round_s": 1.0}, 3: {"time/round_s": 1.5, "eval/accuracy": 0.375}}
+    assert list(rounds) == [1, 2, 3]
 
 
-def test_run_local_stops_early_and_keeps_only_recorded_rounds():
-    done = run_local(tiny(5), record=lambda fed, m: {"round": fed.round} if fed.round % 2 == 0 else None,
-                     stop=lambda fed, m: fed.round == 3)
-    assert done.records == [{"round": 2}] and done.summary["rounds"] == 3
-    assert done.wall_s > 0 and [c.arch for c in done.clients] == ["logreg"] * 4
-    assert "eval/accuracy" in run_local(tiny(1)).records[0]  # by default a round's record is its metrics
+def test_run_specs_refuses_specs_that_are_not_a_grid_over_their_seeds(tmp_path):
+    specs = [{"m": "a", "seed": 0, "overrides": []}, {"m": "b", "seed": 0, "overrides": []},
+             {"m": "a", "seed": 1, "overrides": []}]  # b lacks seed 1
+    with pytest.raises(ValueError, match="the specs are not every variant for every seed"):
+        run_specs(tmp_path / "c.yaml", specs, lambda s: s["m"], tmp_path / "out", lambda r, m, c: m)
+    assert not (tmp_path / "out").exists()  # refused before any sweep
 
 
 def test_markdown_table_and_listing():

@@ -11,6 +11,7 @@ import yaml
 
 from fedray.cli import main
 from fedray.config import ConfigError
+from fedray.repro import run_specs
 from fedray.sweeps import sweep
 from tests.integration.conftest import small_config
 
@@ -47,15 +48,24 @@ def test_a_sweep_runs_its_trials_at_once_in_their_groups_and_resumes(local_ray, 
     spans = sorted(span(d) for d in trials.values())
     assert any(b_start < a_end for (_, a_end), (b_start, _) in zip(spans, spans[1:]))
     # a trial is an ordinary run: the same config as a local-backend trial, whose round loop runs in
-    # the trial's own process on one torch thread, gives the same model to the last bit
-    local = base().to_dict()
-    local["runtime"] = {"backend": "local"}
-    alone = sweep(local, {"training.lr": [0.05]}, seeds=[1], out=tmp_path / "local", progress=False)
-    run_dir = tmp_path / "local" / "trials" / "training.lr=0.05,seed=1"
-    assert yaml.safe_load((run_dir / "config.yaml").read_text())["runtime"]["torch_threads"] == 1
-    assert json.loads((run_dir / "result.json").read_text())["executor"]["backend"] == "local"
-    assert result.rows[3]["trial"] == alone.rows[0]["trial"] == "training.lr=0.05,seed=1"
-    assert result.rows[3]["final_accuracy"] == alone.rows[0]["final_accuracy"]
+    # the trial's own process on one torch thread, gives the same model to the last bit. That trial
+    # runs as the reproduction scripts run theirs (fedray.repro.run_specs: a named variant, local
+    # backend) and is read back from its event files
+    spec = {"lr": 0.05, "seed": 1, "overrides": ["training.lr=0.05"]}
+    [(back, alone)], failed = run_specs(base().to_dict(), [spec], lambda s: f"lr{s['lr']}", tmp_path / "local",
+                                        lambda rnd, m, c: {"round": rnd, "accuracy": m["eval/accuracy"]},
+                                        progress=False)
+    run_dir = tmp_path / "local" / "trials" / "run=lr0.05,seed=1"
+    assert failed == [] and back == spec and alone.seed == 1 and alone.point == {"run": "lr0.05"}
+    assert alone.config.runtime.torch_threads == 1 and alone.config.training.lr == 0.05
+    assert (alone.config.seed, alone.config.data.seed) == (1, 1)
+    assert alone.summary == json.loads((run_dir / "result.json").read_text())
+    assert alone.summary["executor"]["backend"] == "local"
+    assert result.rows[3]["trial"] == "training.lr=0.05,seed=1"
+    assert result.rows[3]["final_accuracy"] == alone.summary["final"]["eval/accuracy"]
+    # its rounds as logged (float32 in the event files), the last one the summary's
+    assert [r["round"] for r in alone.records] == [1, 2]
+    assert alone.records[-1]["accuracy"] == pytest.approx(alone.summary["final"]["eval/accuracy"], rel=1e-7)
     # the table: a row per trial, a group per grid point with the seeds' mean and interval
     with open(out / "sweep.csv") as f:
         assert [row["trial"] for row in csv.DictReader(f)] == list(trials)
@@ -73,9 +83,16 @@ def test_a_sweep_runs_its_trials_at_once_in_their_groups_and_resumes(local_ray, 
     assert [r["status"] for r in again.rows] == ["done"] * 4
     assert {n: span(trials[n]) for n in untouched} == untouched  # not run again
     assert [r["final_accuracy"] for r in again.rows] == [r["final_accuracy"] for r in result.rows]  # bit for bit
-    # another grid in the same folder is refused before anything runs
-    with pytest.raises(ConfigError, match="holds another sweep"):
-        sweep(base(), {"training.lr": [0.1]}, seeds=[0, 1], out=out, progress=False)
+    # the folder grows by trials: a part of the grid is read from the finished trials, nothing runs
+    part = sweep(base(), {"training.lr": [0.05]}, seeds=[1], out=out, progress=False)
+    assert [r["final_accuracy"] for r in part.rows] == [result.rows[3]["final_accuracy"]]
+    assert {n: span(trials[n]) for n in untouched} == untouched
+    # a trial folder of another config under the same name is refused before anything runs
+    other = base().to_dict()
+    other["federation"]["rounds"] = 3
+    with pytest.raises(ConfigError, match=r"training.lr=0.02,seed=0 holds a run of another config "
+                                          r"\(federation.rounds = 2, not 3\)"):
+        sweep(other, GRID, seeds=[0, 1], out=out, progress=False)
 
 
 def test_a_failed_trial_is_reported_and_the_others_finish(local_ray, tmp_path, capsys):
