@@ -361,8 +361,16 @@ def plot(results: dict[str, dict], path: Path) -> None:
                                  + ("; bottom row dashed: delta coding)" if t52 else ")"))
 
 
-def write_outputs(results: dict[str, dict], meta: dict, out: Path) -> None:
+def page(saved: dict) -> str:
+    """docs/repro_distill.md from what docs/repro_distill.json holds."""
+    from repro_distill import key
+
+    results, meta = {key(r): r for r in saved["runs"]}, saved.get("meta", {})
     lines = (header_lines(meta) + table51_lines(results) + lrcheck_lines(results) + compare_lines(results)
              + table52_lines(results))
-    out.with_suffix(".md").write_text("\n".join(lines) + "\n")
+    return "\n".join(lines) + "\n"
+
+
+def write_outputs(results: dict[str, dict], meta: dict, out: Path) -> None:
+    out.with_suffix(".md").write_text(page({"meta": meta, "runs": list(results.values())}))
     plot(results, out.with_suffix(".png"))

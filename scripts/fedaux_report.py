@@ -326,8 +326,16 @@ def plot(results: dict, path: Path) -> None:
     save_figure(fig, path, title="FedAUX on Fashion-MNIST (dashed: +P)")
 
 
-def write_outputs(results: dict, meta: dict, out: Path) -> None:
+def page(saved: dict) -> str:
+    """docs/repro_fedaux.md from what docs/repro_fedaux.json holds."""
+    from repro_fedaux import key
+
+    results, meta = {key(r): r for r in saved["runs"]}, saved.get("meta", {})
     lines = (header_lines(meta, results) + table71_lines(results) + oneshot_lines(results) + privacy_lines(results)
              + claim_lines(results) + lambda_lines(results, meta) + mixed_lines(results))
-    out.with_suffix(".md").write_text("\n".join(lines) + "\n")
+    return "\n".join(lines) + "\n"
+
+
+def write_outputs(results: dict, meta: dict, out: Path) -> None:
+    out.with_suffix(".md").write_text(page({"meta": meta, "runs": list(results.values())}))
     plot(results, out.with_suffix(".png"))

@@ -114,6 +114,12 @@ def fig68_lines(results: dict[tuple[str, str], dict]) -> list[str]:
             + markdown_table(["", "FL", "CFL", "splits at rounds", "final clusters"], [ours, paper]))
 
 
+def page(saved: list[dict]) -> str:
+    """docs/repro_cfl.md from what docs/repro_cfl.json holds."""
+    results = {(r["experiment"], r["method"]): r for r in saved}
+    return "\n".join(table62_lines(results) + fig68_lines(results)) + "\n"
+
+
 def plot(results: dict[tuple[str, str], dict], path: Path) -> None:
     panels = [f"table62/{s}" for s in SCENARIOS] + ["fig68"]
     fig, axes = figure(1, len(panels), figsize=(4 * len(panels), 3.6), sharey=True)
@@ -152,7 +158,7 @@ def main() -> None:
             print(f"{r['experiment']:20} {r['method']:4} final {final_accuracy(r):.4f} splits {splits(r)}")
         results.update(new)
         store.save(results)
-    out.with_suffix(".md").write_text("\n".join(table62_lines(results) + fig68_lines(results)) + "\n")
+    out.with_suffix(".md").write_text(page(list(results.values())))
     plot(results, out.with_suffix(".png"))
     print(f"wrote {out}.md, .json and .png")
     report_failed(failed)

@@ -11,8 +11,9 @@
   weighting something to decide, every point is labelled by whether it lies outside the circle
   through the three centres, and each client trains a linear classifier on its own Gaussian.
 
-The toys themselves are in scripts/fedaux_toys.py; this runs them and writes docs/repro_fedaux_toy.md
-(the setting and sentences computed from this run) and .png.
+The toys themselves are in scripts/fedaux_toys.py; this runs them and writes docs/repro_fedaux_toy.json
+(every seed's accuracies), then docs/repro_fedaux_toy.md (the setting and sentences computed from
+that JSON; ``--plot-only`` writes it again from the JSON alone) and .png.
 
     python scripts/repro_fedaux_toy.py              # 10 iris seeds, 3 Gaussian seeds, ~30 s
     python scripts/repro_fedaux_toy.py --seeds 3 --out /tmp/toy
@@ -21,6 +22,7 @@ The toys themselves are in scripts/fedaux_toys.py; this runs them and writes doc
 from __future__ import annotations
 
 import argparse
+import json
 import time
 from pathlib import Path
 
@@ -204,25 +206,38 @@ def gaussian_markdown(rows: list[dict[str, float]]) -> list[str]:
     ]
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--seeds", type=int, default=10, help="iris seeds (the Gaussian toy runs 3)")
-    parser.add_argument("--out", type=Path, default=ROOT / "docs")
-    args = parser.parse_args()
-    start = time.perf_counter()
-    iris = iris_results(args.seeds)
-    gauss = gaussian_results(min(3, args.seeds))
-    args.out.mkdir(parents=True, exist_ok=True)
-    draw(args.out / "repro_fedaux_toy.png", iris)
+def page(saved: dict) -> str:
+    """The page, from what a run of the toys saved (``docs/repro_fedaux_toy.json``)."""
+    iris = {float(eps): rows for eps, rows in saved["iris"].items()}
     lines = ["# FedAUX toy examples: certainty-weighted vs mean ensembles", "",
              "`scripts/repro_fedaux_toy.py`; the scorers are `fedray/privacy/certainty.py`. The ensembles weigh "
              "by s_i as FedAUX eq. 3 (thesis eq. 7.4), but average the clients' predicted probabilities, not "
              "logits: a client that holds one class has no finite logits.", "",
-             *iris_markdown(iris), *gaussian_markdown(gauss),
+             *iris_markdown(iris), *gaussian_markdown(saved["gauss"]),
              "![toys](repro_fedaux_toy.png)", "",
-             f"Wall time {time.perf_counter() - start:.0f} s."]
-    (args.out / "repro_fedaux_toy.md").write_text("\n".join(lines) + "\n")
-    print("\n".join(lines))
+             f"Wall time {saved['wall_s']:.0f} s; the numbers are `repro_fedaux_toy.json`'s."]
+    return "\n".join(lines) + "\n"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--seeds", type=int, default=10, help="iris seeds (the Gaussian toy runs 3)")
+    parser.add_argument("--out", type=Path, default=ROOT / "docs")
+    parser.add_argument("--plot-only", action="store_true", help="the page and figure again from the saved .json")
+    args = parser.parse_args()
+    json_path = args.out / "repro_fedaux_toy.json"
+    if args.plot_only:
+        saved = json.loads(json_path.read_text())
+    else:
+        start = time.perf_counter()
+        saved = {"seeds": args.seeds, "iris": iris_results(args.seeds), "gauss": gaussian_results(min(3, args.seeds))}
+        saved["wall_s"] = time.perf_counter() - start
+        args.out.mkdir(parents=True, exist_ok=True)
+        json_path.write_text(json.dumps(saved, indent=1))
+    draw(args.out / "repro_fedaux_toy.png", {float(e): rows for e, rows in saved["iris"].items()})
+    text = page(saved)
+    (args.out / "repro_fedaux_toy.md").write_text(text)
+    print(text)
 
 
 if __name__ == "__main__":

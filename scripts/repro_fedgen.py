@@ -134,8 +134,9 @@ def cell(runs: list[dict], field: str = "accuracy") -> str:
     return f"{np.mean(best):.2f}±{np.std(best):.2f} ({np.mean(final):.1f})"
 
 
-def write(results: dict, path: Path, calls: list[dict]) -> None:
-    done = list(results.values())
+def page(saved: dict) -> str:
+    """docs/repro_fedgen.md from what docs/repro_fedgen.json holds."""
+    done, calls = saved["results"], saved.get("invocations", [])
     rounds = sorted({r["rounds"] for r in done})
     rows = []
     for method, (label, _) in METHODS.items():
@@ -196,7 +197,11 @@ def write(results: dict, path: Path, calls: list[dict]) -> None:
     lines += ["", "Written by `scripts/repro_fedgen.py`: " + "; ".join(
         f"{c['runs']} runs ({', '.join(c['only'] or ['all'])}) in {c['wall_s'] / 60:.1f} min with {c['jobs']} "
         f"{'trials at once' if c.get('sweep') else 'processes'} on {c['cpu']}" for c in calls) + "."]
-    path.write_text("\n".join(lines) + "\n")
+    return "\n".join(lines) + "\n"
+
+
+def write(results: dict, path: Path, calls: list[dict]) -> None:
+    path.write_text(page({"invocations": calls, "results": list(results.values())}))
 
 
 def main() -> None:

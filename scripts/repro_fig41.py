@@ -64,13 +64,19 @@ def run(rounds: int, sweep: Path, jobs: int | None) -> tuple[dict, list]:
     return results, failed
 
 
-def write_outputs(results: dict[tuple[str, str], dict], rounds: int) -> None:
+def page(saved: dict) -> str:
+    """docs/repro_fig41.md from what docs/repro_fig41.json holds."""
+    results, rounds = {(r["method"], r["split"]): r for r in saved["results"]}, saved["rounds"]
     rows = [[method] + [f"{results[method, s]['accuracy']:.4f}" for s in SPLITS]
             + [f"{results[method, 'iid'][k]:.2f}" for k in ("mb_up", "mb_down")] for method in METHODS]
     lines = [f"# Thesis Fig. 4.1, scaled (Fashion-MNIST, logistic regression, 10 clients, "
              f"{rounds} iterations per client)", "", f"Paper: {PAPER}", ""]
     header = ["method"] + [f"{s} acc." for s in SPLITS] + ["MB up (iid)", "MB down (iid)"]
-    OUT.with_suffix(".md").write_text("\n".join(lines + markdown_table(header, rows)) + "\n")
+    return "\n".join(lines + markdown_table(header, rows)) + "\n"
+
+
+def write_outputs(results: dict[tuple[str, str], dict], rounds: int) -> None:
+    OUT.with_suffix(".md").write_text(page({"rounds": rounds, "results": list(results.values())}))
     fig, ax = figure(figsize=(9, 4))
     width = 0.8 / len(METHODS)
     for i, method in enumerate(METHODS):

@@ -107,7 +107,8 @@ def demo(epochs: int, seed: int, lr: float, momentum: float) -> dict:
     return out
 
 
-def write(result: dict, path: Path) -> None:
+def demo_page(result: dict) -> str:
+    """docs/repro_mrtf_demo.md from what docs/repro_mrtf_demo.json holds."""
     r = result
     rows = [["local models", PAPER["locals"], " / ".join(f"{a}" for a in r["locals"])],
             ["AvgLogit, uniform (eq. 3)", f"{PAPER['avg_logit']}", f"{r['avg_logit']}"],
@@ -127,7 +128,7 @@ def write(result: dict, path: Path) -> None:
              f"{', '.join(f'{m:.1f}' for m in r['logit_max'])}; u_t = {r['u']:.3f}.", "",
              *markdown_table(["target", "paper (MNIST)", "ours (Fashion-MNIST)"], rows), "",
              "Written by `scripts/repro_mrtf.py`."]
-    path.write_text("\n".join(lines) + "\n")
+    return "\n".join(lines) + "\n"
 
 
 SPLITS = {"alpha 1": ["data.partition=dirichlet", "data.alpha=1.0"],
@@ -181,7 +182,10 @@ def run_compare(args, rounds: int, splits: list[str], methods: list[str]) -> tup
     return {key(r): r for r in results}, failed
 
 
-def write_compare(results: dict, path: Path, calls: list[dict], rounds: int) -> None:
+def compare_page(saved: dict) -> str:
+    """docs/repro_mrtf.md from what docs/repro_mrtf.json holds."""
+    results, calls, rounds = {key(r): r for r in saved["results"]}, saved["invocations"], saved["rounds"]
+
     def cell(r: dict | None) -> str:
         if r is None:
             return ""
@@ -225,7 +229,7 @@ def write_compare(results: dict, path: Path, calls: list[dict], rounds: int) -> 
                          f"{', seeds ' + ' '.join(map(str, m['seeds'])) if m.get('seeds', [0]) != [0] else ''}) in "
                          f"{m['wall_s'] / 60:.1f} min with "
                          f"{m['jobs']} {'trials at once' if m.get('sweep') else 'processes'} on {m['cpu']}" for m in calls) + "."]
-    path.write_text("\n".join(lines) + "\n")
+    return "\n".join(lines) + "\n"
 
 
 def main() -> None:
@@ -245,10 +249,9 @@ def main() -> None:
         print(json.dumps(result, indent=2))
         demo_out = out.with_name(out.name + "_demo")
         demo_out.with_suffix(".json").write_text(json.dumps(result, indent=2))
-        write(result, demo_out.with_suffix(".md"))
+        demo_out.with_suffix(".md").write_text(demo_page(result))
     if args.plot_only:  # the compare table again, from the saved results
-        saved = Store(out.with_suffix(".json"), key).read()
-        write_compare({key(r): r for r in saved["results"]}, out.with_suffix(".md"), saved["invocations"], saved["rounds"])
+        out.with_suffix(".md").write_text(compare_page(Store(out.with_suffix(".json"), key).read()))
         return
     if not args.only or "compare" in args.only:
         rounds = args.rounds or 20
@@ -262,7 +265,8 @@ def main() -> None:
                                       splits=args.splits or [], seeds=args.seeds, sweep=True)]
         store.header = {"rounds": rounds, "invocations": calls}
         store.save(results)
-        write_compare(results, out.with_suffix(".md"), calls, rounds)
+        out.with_suffix(".md").write_text(compare_page({"rounds": rounds, "invocations": calls,
+                                                        "results": list(results.values())}))
         report_failed(failed)
 
 

@@ -90,7 +90,8 @@ def row(name: str, result: dict, targets: list[float], slots: int) -> list[str]:
     return [name, f"{best:.4f}", *cells, f"{paper[0]} / {paper[1]}"]
 
 
-def write_outputs(saved: dict, out: Path) -> None:
+def page(saved: dict) -> str:
+    """docs/repro_table42_<config>.md from what its .json holds."""
     targets, results = saved["targets"], {r["method"]: r for r in saved["results"]}
     slots = next(iter(results.values()))["clients_per_round"]
     lines = [f"# Thesis Table 4.2, our run of `{saved['config']}`",
@@ -101,7 +102,13 @@ def write_outputs(saved: dict, out: Path) -> None:
              f"{PAPER_TARGET}. {provenance(targets)}", ""]
     header = ["method", "best acc."] + [f"to {t}" for t in targets] + [f"paper @{PAPER_TARGET} up / down"]
     rows = [row(name, results[name], targets, slots) for name in METHODS if name in results]
-    out.with_suffix(".md").write_text("\n".join(lines + markdown_table(header, rows)) + "\n")
+    return "\n".join(lines + markdown_table(header, rows)) + "\n"
+
+
+def write_outputs(saved: dict, out: Path) -> None:
+    targets, results = saved["targets"], {r["method"]: r for r in saved["results"]}
+    slots = next(iter(results.values()))["clients_per_round"]
+    out.with_suffix(".md").write_text(page(saved))
     fig, (left, right) = figure(1, 2, figsize=(12, 4.5), sharey=True)
     for name in (n for n in METHODS if n in results):
         evals = results[name]["evals"]
