@@ -5,11 +5,11 @@ from the recorded runs' JSON in ``docs/`` (``repro_mrtf.json``, ``repro_fedaux.j
 Each row pairs two methods by seed in one scene, on two measures: the final round's accuracy and
 the best round's (for FedGen, the mean of the top-5 rounds: the paper's measure), and says whether
 "A > B" holds (the 95% interval of the paired difference lies above zero), is reversed (below
-zero), or is not shown. ``docs/reproductions.md`` holds the table between its ``claims`` markers;
-``tests/test_claims.py`` regenerates it and fails if the page differs.
+zero), or is not shown. ``docs/reproductions.md`` holds the table between its ``claims`` markers,
+where ``scripts/docs.py`` (the generator of every reproduction number) puts it;
+``tests/test_generated_docs.py`` regenerates it and fails if the page differs.
 
     python scripts/claims.py            # print the table
-    python scripts/claims.py --write    # put it into docs/reproductions.md
 """
 
 from __future__ import annotations
@@ -26,8 +26,7 @@ sys.path.insert(0, str(ROOT))
 from fedray.stats import paired  # noqa: E402
 
 DOCS = ROOT / "docs"
-PAGE = DOCS / "reproductions.md"
-START, END = "<!-- claims:start (scripts/claims.py --write) -->", "<!-- claims:end -->"
+START, END = "<!-- claims:start (scripts/docs.py --write) -->", "<!-- claims:end -->"
 
 
 def final(r: dict) -> float:
@@ -80,7 +79,9 @@ def table() -> list[str]:
                             by_seed(mrtf, split=scene, method=other), plain))
     for rate in (0.2, 0.4, 0.8):
         runs = {m: by_seed(fedaux, method=m, rate=rate) for m in ("feddf", "feddf_p", "fedaux")}
-        scene = f"FedAUX, alpha 0.01, C = {rate} (one split)"
+        split = "splits vary" if all(r.get("split_seed") == r["seed"] for m in runs.values() for r in m.values()) \
+            else "one split"
+        scene = f"FedAUX, alpha 0.01, C = {rate} ({split})"
         rows.append(row("FedDF+P > FedDF", scene, runs["feddf_p"], runs["feddf"], plain))
         rows.append(row("FedAUX > FedDF+P", scene, runs["fedaux"], runs["feddf_p"], plain))
     for alpha in (0.05, 0.1, 1.0):
@@ -96,25 +97,9 @@ def table() -> list[str]:
     return lines
 
 
-def section() -> str:
-    """The generated block, markers included."""
-    return "\n".join([START, *table(), END])
-
-
-def page_with_section(text: str) -> str:
-    """``text`` with its claims block replaced by a freshly generated one."""
-    first, last = text.index(START), text.index(END) + len(END)
-    return text[:first] + section() + text[last:]
-
-
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--write", action="store_true", help=f"replace the block in {PAGE.relative_to(ROOT)}")
-    args = parser.parse_args()
-    if args.write:
-        PAGE.write_text(page_with_section(PAGE.read_text()))
-    else:
-        print(section())
+    argparse.ArgumentParser(description=__doc__.split("\n\n")[0]).parse_args()
+    print("\n".join(table()))
 
 
 if __name__ == "__main__":
