@@ -55,8 +55,10 @@ def test_a_run_folder_replaced_by_a_file_mid_run_is_one_line_naming_a_log_with_t
     run_dir.rename(moved)
     run_dir.write_text("not a folder\n")
     line = the_error_line(run, run_dir)
-    # whatever write came first (an event, the checkpoint), it found no folder
-    assert line.startswith("NotADirectoryError: [Errno 20] Not a directory: "), line
+    # whatever write came first (an event, the checkpoint), it found no folder: a file in its place,
+    # or, on a busy machine, nothing yet between the rename and the file (the swap is two steps)
+    first = "NotADirectoryError: [Errno 20] Not a directory: ", "FileNotFoundError: [Errno 2] No such file or directory: "
+    assert line.startswith(first), line
     assert line.endswith(f"; {run_dir} is no longer a folder: no checkpoint to resume from there"), line
     log, unwritable, why = FALLBACK.search(line).groups()
     assert (unwritable, why) == (str(run_dir / ERROR_LOG), "Not a directory")
@@ -64,7 +66,7 @@ def test_a_run_folder_replaced_by_a_file_mid_run_is_one_line_naming_a_log_with_t
     story = Path(log).read_text()
     assert story.startswith(f"(written here because {run_dir / ERROR_LOG} cannot be written: Not a directory)\n"
                             f"=== fedray run failed ")
-    assert "Traceback (most recent call last):" in story and "NotADirectoryError" in story
+    assert "Traceback (most recent call last):" in story and line.split(":")[0] in story
     assert not (moved / ERROR_LOG).exists() and (moved / CHECKPOINT).exists()  # the run's own folder, untouched
 
 
