@@ -174,6 +174,26 @@ def run_specs(config: Any, specs: list[dict[str, Any]], name: Callable[[dict[str
     return [({**variants[r.point["run"]], "seed": r.seed}, r) for r in done], failed
 
 
+def run_experiments(specs: list[dict[str, Any]], run: Callable[[str, list[dict[str, Any]]], tuple[dict, list]],
+                    store: Store, line: Callable[[dict[str, Any]], str]) -> tuple[dict, list[dict[str, Any]]]:
+    """A script's specs, experiment by experiment (``spec["experiment"]``): ``run(experiment, specs)``
+    gives the finished results by key and the trials that failed (as :func:`run_specs` does); each
+    result is printed with ``line``, and the store (loaded first) is saved after each experiment.
+
+    Returns:
+        The saved results merged with the new ones, and every failed trial's row.
+    """
+    results, failed = store.load(), []
+    for experiment in dict.fromkeys(s["experiment"] for s in specs):
+        new, failed_here = run(experiment, [s for s in specs if s["experiment"] == experiment])
+        results.update(new)
+        failed += failed_here
+        for r in new.values():
+            print(line(r), flush=True)
+        store.save(results)
+    return results, failed
+
+
 def report_failed(failed: list[dict[str, Any]]) -> None:
     """After a script saved what finished: one line per trial of :func:`run_sweep` that did not
     finish (why, and its run folder), and exit status 1; nothing when every trial finished."""

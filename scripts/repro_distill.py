@@ -27,9 +27,10 @@ Each experiment runs as a ``fedray sweep`` (``fedray.repro.run_specs``) of its c
 from __future__ import annotations
 
 import time
+from functools import partial
 from pathlib import Path
 
-from fedray.repro import Store, grid_arguments, invocation, report_failed, run_specs
+from fedray.repro import Store, grid_arguments, invocation, report_failed, run_experiments, run_specs
 
 from grid_report import best, final
 
@@ -155,14 +156,9 @@ def main() -> None:
     else:
         todo = [r for r in runs(args.rounds) if not args.only or r["experiment"] in args.only]
         start = time.perf_counter()
-        results, failed = store.load(), []
-        for experiment in dict.fromkeys(s["experiment"] for s in todo):
-            new, failed_here = run(args, experiment, [s for s in todo if s["experiment"] == experiment])
-            results.update(new)
-            failed += failed_here
-            for r in new.values():
-                print(f"{key(r):32} max {best(r):5.1f} final {final(r):5.1f} gain {fmt_gain(r):28} {r['wall_s']:6.0f} s")
-            store.save(results)
+        results, failed = run_experiments(
+            todo, partial(run, args), store,
+            lambda r: f"{key(r):32} max {best(r):5.1f} final {final(r):5.1f} gain {fmt_gain(r):28} {r['wall_s']:6.0f} s")
         meta.setdefault("invocations", []).append(invocation(args, [s for s in todo if key(s) in results], results,
                                                              key, start, sweep=True))
         store.save(results)

@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import math
 import time
+from functools import partial
 from pathlib import Path
 
 import torch
@@ -42,7 +43,7 @@ import torch
 from fedray.assembly import initial_models, load_data
 from fedray.config import load_config
 from fedray.models import model_builder
-from fedray.repro import Store, grid_arguments, invocation, report_failed, run_specs
+from fedray.repro import Store, grid_arguments, invocation, report_failed, run_experiments, run_specs
 
 from grid_report import best, final
 
@@ -94,7 +95,7 @@ def runs(rounds: int | None) -> list[dict]:
         if experiment == "claim" and method.startswith("fedaux"):
             overrides.append("algorithm.normaliser=public")  # the guarantee's normaliser (docs/methods.md)
         if eps is not None:
-            overrides.append(f"algorithm.eps={'.inf' if math.isinf(eps) else eps}")
+            overrides.append(f"algorithm.eps={'null' if math.isinf(eps) else eps}")
         if lam is not None:
             overrides.append(f"algorithm.lam={lam}")
         if rounds is not None and experiment != "oneshot":
@@ -214,14 +215,9 @@ def main() -> None:
         start = time.perf_counter()
         warm_cache(todo)
         warm_s = time.perf_counter() - start
-        results, failed = store.load(), []
-        for experiment in dict.fromkeys(s["experiment"] for s in todo):
-            new, failed_here = run(args, experiment, [s for s in todo if s["experiment"] == experiment])
-            results.update(new)
-            failed += failed_here
-            for r in new.values():
-                print(f"{key(r):36} max {best(r):5.1f} final {final(r):5.1f} {r['wall_s']:5.0f} s")
-            store.save(results)
+        results, failed = run_experiments(
+            todo, partial(run, args), store,
+            lambda r: f"{key(r):36} max {best(r):5.1f} final {final(r):5.1f} {r['wall_s']:5.0f} s")
         meta.setdefault("invocations", []).append(invocation(args, [s for s in todo if key(s) in results], results,
                                                              key, start, warm_s=warm_s, sweep=True))
         store.save(results)

@@ -38,11 +38,12 @@ trials at once as Ray has CPUs; a seed sets the run's seed and the split's (``se
 from __future__ import annotations
 
 import time
+from functools import partial
 from pathlib import Path
 
 import numpy as np
 
-from fedray.repro import Store, grid_arguments, invocation, markdown_table, report_failed, run_specs
+from fedray.repro import Store, grid_arguments, invocation, markdown_table, report_failed, run_experiments, run_specs
 
 ROOT = Path(__file__).resolve().parents[1]
 ALPHAS = (0.05, 0.1, 1.0)
@@ -228,14 +229,9 @@ def main() -> None:
         todo += [spec("table4", m, a, s, rounds) for s in args.seeds for a in ALPHAS4 for m in PAPER_HEAD
                  if not args.methods or m in args.methods]
     start = time.perf_counter()
-    results, failed = store.load(), []
-    for experiment in dict.fromkeys(s["experiment"] for s in todo):
-        new, failed_here = run(args, experiment, [s for s in todo if s["experiment"] == experiment])
-        results.update(new)
-        failed += failed_here
-        for r in new.values():
-            print(f"{key(r)}: top-5 {100 * top5(r):.1f}%, final {100 * r['history'][-1]['accuracy']:.1f}% ({r['wall_s']:.0f} s)")
-        store.save(results)
+    results, failed = run_experiments(
+        todo, partial(run, args), store,
+        lambda r: f"{key(r)}: top-5 {100 * top5(r):.1f}%, final {100 * r['history'][-1]['accuracy']:.1f}% ({r['wall_s']:.0f} s)")
     calls = calls + [invocation(args, [s for s in todo if key(s) in results], results, key, start,
                                 methods=args.methods or [], alphas=args.alphas, seeds=args.seeds, sweep=True)]
     store.header = {"invocations": calls}

@@ -7,7 +7,7 @@ import time
 import pytest
 
 from fedray.repro import (Store, cpu_model, grid_arguments, invocation, listing, markdown_table, round_metrics,
-                          run_specs)
+                          run_experiments, run_specs)
 
 
 def test_store_merges_results_and_drops_a_file_of_another_header(tmp_path):
@@ -47,6 +47,23 @@ def test_run_specs_refuses_specs_that_are_not_a_grid_over_their_seeds(tmp_path):
     with pytest.raises(ValueError, match="the specs are not every variant for every seed"):
         run_specs(tmp_path / "c.yaml", specs, lambda s: s["m"], tmp_path / "out", lambda r, m, c: m)
     assert not (tmp_path / "out").exists()  # refused before any sweep
+
+
+def test_run_experiments_saves_after_each_experiment_and_gathers_the_failed(tmp_path, capsys):
+    store = Store(tmp_path / "grid.json", key=lambda r: r["name"])
+    store.save({"old": {"name": "old"}})
+    specs = [{"experiment": "a", "n": 1}, {"experiment": "b", "n": 2}, {"experiment": "a", "n": 3}]
+    saved_before = []
+
+    def run(experiment, mine):
+        saved_before.append(sorted(store.load()))
+        return {f"{experiment}{s['n']}": {"name": f"{experiment}{s['n']}"} for s in mine}, [{"trial": experiment}]
+
+    results, failed = run_experiments(specs, run, store, lambda r: f"done {r['name']}")
+    assert saved_before == [["old"], ["a1", "a3", "old"]]  # experiment a saved before b ran
+    assert sorted(results) == sorted(store.load()) == ["a1", "a3", "b2", "old"]
+    assert failed == [{"trial": "a"}, {"trial": "b"}]
+    assert capsys.readouterr().out.split("\n") == ["done a1", "done a3", "done b2", ""]
 
 
 def test_markdown_table_and_listing():

@@ -39,6 +39,7 @@ computes them once per architecture during the preparation.
 
 from __future__ import annotations
 
+import math
 from typing import Any, Literal, Optional
 
 import numpy as np
@@ -60,7 +61,7 @@ ScorerName = Literal["logistic", "kde", "isolation_forest", "one_class_svm", "sv
 class FedAUXParams(FusionParams):  # no ``share``: the scores weigh whole models
     scorer: ScorerName = "logistic"
     lam: float = Field(0.1, gt=0)  # lambda of J (eq. 7.7); the paper's default
-    eps: float = Field(0.1, gt=0)  # (eps, delta) of the released w_i* (eq. 7.10)
+    eps: Optional[float] = Field(0.1, gt=0)  # (eps, delta) of the released w_i* (eq. 7.10); null: no noise, not private
     delta: float = Field(1e-5, gt=0, lt=1)
     # "paper": w* minimises J (eq. 7.7) exactly; "code": the authors' sklearn C = 1/lambda, i.e. J with
     # lambda / N: much sharper scores, N times the sensitivity (privacy/epsilon reports eps N)
@@ -70,6 +71,11 @@ class FedAUXParams(FusionParams):  # no ``share``: the scores weigh whole models
     # Alg. 1's gamma_i over D_i u D^-, released without noise: no guarantee (privacy/epsilon inf)
     normaliser: Literal["public", "paper"] = "public"
     show_clients: int = Field(4, ge=0)  # rows of the figure of each client's top-scored auxiliary inputs
+
+    @property
+    def noise_eps(self) -> float:
+        """eps as the Gaussian mechanism takes it: ``eps: null`` is eps = inf, sigma 0 (no noise)."""
+        return math.inf if self.eps is None else self.eps
 
 
 class FedAUXClient(FedDFClient):
@@ -93,7 +99,7 @@ class FedAUXClient(FedDFClient):
         p = self.params
         extra = {"regularization": p.regularization, "normaliser": p.normaliser} if p.scorer == "logistic" else {}
         scorer = SCORERS[p.scorer](own, np.asarray(negatives, dtype=np.float64), np.random.default_rng(task.seed),
-                                   p.lam, p.eps, p.delta, **extra)
+                                   p.lam, p.noise_eps, p.delta, **extra)
         # s_i on D_distill (eq. 7.8) and on the test set, from the scorer as released (the server's numbers)
         client.state["scores"] = scorer.score(self.h0_features(task.arch, model, "aux")).astype(np.float32)
         if TEST_INPUTS in task.payload_keys:
@@ -147,7 +153,7 @@ class FedAUX(FedDF):
         self.scores: dict[int, np.ndarray] = {}  # s_i on D_distill (eq. 7.8), fixed for the run
         self.test_scores: dict[int, np.ndarray] = {}  # s_i on the test set, for the weighted-ensemble diagnostic
         n_max = max(len(c.indices) for c in ctx.clients) + (0 if ctx.negatives_x is None else len(ctx.negatives_x))
-        self.epsilon, self.delta = privacy_spent(params.scorer, params.eps, params.delta, params.regularization, n_max,
+        self.epsilon, self.delta = privacy_spent(params.scorer, params.noise_eps, params.delta, params.regularization, n_max,
                                                  params.normaliser)
         self.teachers: list[int] = []  # the last round's teacher clients
 

@@ -2,9 +2,11 @@
 ensemble, equal scores = FedDF+P bit for bit, frozen features, resume, the pre-training cache."""
 
 import json
+import math
 
 import numpy as np
 import pytest
+import yaml
 
 from fedray.config import ConfigError, build_config
 from fedray.method import resolve
@@ -75,6 +77,23 @@ def test_the_codes_regularisation_spreads_the_scores_and_reports_its_true_epsilo
     # its sensitivity is 2/lambda, N times what the noise is scaled to: eps N, N the largest |D_i| + |D^-|
     n_max = max(len(c.indices) for c in code.experiment.clients) + len(code.experiment.data.negatives_x)
     assert code.strategy.epsilon == pytest.approx(10.0 * n_max) and paper.strategy.epsilon == 10.0
+
+
+def test_eps_null_releases_w_without_noise_and_reports_no_guarantee(tmp_path):
+    from fedray.privacy.certainty import dp_certainty, dp_sigma
+
+    assert dp_sigma(0.1, math.inf, 1e-5, 100) == 0.0  # what eps: null passes to the mechanism
+    clear, _ = run(config(tmp_path, {"name": "fedaux", "eps": None}), tmp_path / "clear", rounds=0)
+    noisy, _ = run(config(tmp_path, {"name": "fedaux", "eps": 0.01}), tmp_path / "noisy", rounds=0)
+    assert clear.strategy.epsilon == np.inf and noisy.strategy.epsilon == 0.01
+    # without noise the release is the argmin of J itself: the same whatever the client's noise seed
+    own, negatives = np.random.default_rng(0).normal(size=(2, 50, 8))
+    release = [dp_certainty(own, negatives, 0.1, clear.strategy.params.noise_eps, 1e-5, np.random.default_rng(s))[0]
+               for s in (1, 2)]
+    np.testing.assert_array_equal(release[0], release[1])
+    noisy_release = [dp_certainty(own, negatives, 0.1, 0.01, 1e-5, np.random.default_rng(s))[0] for s in (1, 2)]
+    assert not np.array_equal(noisy_release[0], noisy_release[1])
+    assert yaml.safe_load((tmp_path / "clear" / "config.yaml").read_text())["algorithm"]["eps"] is None
 
 
 def test_the_papers_normaliser_uploads_gamma_i_and_reports_no_guarantee(tmp_path):
