@@ -202,6 +202,7 @@ def sweep(source: Union[str, os.PathLike, Mapping, Config], grid: Optional[Mappi
     """
     from fedray import api, preflight
     from fedray.backends import sweeper
+    from fedray.method import resolve
 
     base = api.load_config(source, overrides)
     trials = plan(dict(grid or {}), seeds, hold)
@@ -210,6 +211,11 @@ def sweep(source: Union[str, os.PathLike, Mapping, Config], grid: Optional[Mappi
         # a local trial trains in its own process, on the CPUs of its bundle: not the machine's
         threads = max(1, int(trial_cpus or 1))
         configs = {name: api.load_config(c, {"runtime.torch_threads": threads}) for name, c in configs.items()}
+    for name, config in configs.items():  # the method and its parameters, as a run resolves them
+        try:
+            resolve(config)
+        except ConfigError as err:
+            raise ConfigError(f"trial {name}: {err}") from None
     for config in {c.data.dataset: c for c in configs.values()}.values():
         preflight.check_data(config)
     runner = sweeper()  # the Ray backend's: Ray Tune, a placement group per trial

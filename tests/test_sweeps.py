@@ -51,6 +51,17 @@ def test_plan_refuses_what_cannot_be_swept(grid, seeds, hold, message):
     assert plan({"seed": [1, 2]}, [0], hold=["run"])[1].overrides["seed"] == 2  # held: the grid may set it
 
 
+def test_a_trial_with_bad_method_parameters_is_refused_before_anything_runs(tmp_path):
+    from fedray.sweeps import sweep
+
+    base = {"data": {"dataset": "digits"}, "federation": {"num_clients": 4, "clients_per_round": 2, "rounds": 1,
+                                                          "architectures": {"mlp": 4}},
+            "algorithm": {"name": "fedprox"}}
+    with pytest.raises(ConfigError, match=r"trial algorithm.mu=-1,seed=0: .*algorithm.mu"):
+        sweep(base, {"algorithm.mu": [0.1, -1]}, out=tmp_path / "bad", progress=False)
+    assert not (tmp_path / "bad").exists()
+
+
 def config(**runtime):
     return build_config({"federation": {"num_clients": 10, "clients_per_round": 4, "rounds": 1,
                                         "architectures": {"mlp": 10}}, "runtime": runtime})
