@@ -176,7 +176,7 @@ def page(saved: dict) -> str:
              "(`eval/personal_accuracy`): each user's model on the test samples of the labels it holds, pooled."
              + (" The rows come from calls of this script at different commits (listed at the end). The sweep's "
                 "calls seed the held-back unlabelled inputs too (`aux.seed`), the earlier ones kept `aux.seed` 0, so "
-                "only seed 0 is the same split in both; the claims table of reproductions.md pairs runs of one call."
+                "only seed 0 is the same split in both; the claims table of reproductions.md pairs runs of the same seed and split."
                 if any(c.get("sweep") for c in calls) and not all(c.get("sweep") for c in calls) else ""), "",
              *markdown_table(["method", "alpha 0.05", "paper", "alpha 0.1", "paper", "alpha 1", "paper", "seeds"], rows), "",
              "FedGen's gain over FedAvg averaged the same way (points, top-5, mean over the seeds both have; "
