@@ -253,6 +253,18 @@ def test_job_submit_runs_a_users_code_on_the_head_and_leaves_nothing(ray_head, t
                        progress=False)
     assert result["final"] == local.final
 
+    # a sweep submitted as a job: its trials run on the head as Ray Tune trials, each inside its
+    # placement group; seed 0's trial is the run above (the same config), seed 1's another split
+    sweep_out = tmp_path / "sweep"
+    submit(head, f"{job_id}-sweep", examples, f"{shlex.quote(sys.executable)} -m fedray.cli sweep fednova.yaml "
+                                              f"{' '.join(rounds)} --seeds 0-1 --out {shlex.quote(str(sweep_out))} "
+                                              f"--no-progress")
+    rows = json.loads((sweep_out / "sweep.json").read_text())["trials"]
+    assert [(r["seed"], r["status"]) for r in rows] == [(0, "done"), (1, "done")], rows
+    assert rows[0]["final_accuracy"] == result["final"]["eval/accuracy"], rows
+    trial = json.loads((sweep_out / "trials" / rows[0]["trial"] / "result.json").read_text())
+    assert trial["executor"]["actors_per_node"] == {"trial/bundle:0": 1}, trial["executor"]
+
     users_package(head, address, tmp_path)
 
     # stopping the head leaves no process of it behind (and the search does see them all before)
