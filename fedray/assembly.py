@@ -123,13 +123,13 @@ def initial_models(config: Config, architectures: list[str], build: Callable[[st
     (actor) before round one, or read from the cache a previous run with the same settings wrote.
     """
     if not config.pretrain.epochs:
-        return {arch: initial_model(build, arch, config.seed) for arch in architectures}, {}
+        return {arch: initial_model(build, arch, config.model_seed) for arch in architectures}, {}
     aux = data.aux_x if data.negatives_x is None else np.concatenate([data.aux_x, data.negatives_x])
     models, info = {}, {}
     for arch in architectures:
         key = {"input_shape": list(data.input_shape), "num_classes": data.num_classes,
                "options": config.federation.model_options.get(arch, {})}
-        models[arch], info[arch] = pretrained_weights(build, arch, aux, config.pretrain, config.seed, device, key)
+        models[arch], info[arch] = pretrained_weights(build, arch, aux, config.pretrain, config.model_seed, device, key)
     return models, info
 
 

@@ -67,9 +67,10 @@ def _parser() -> argparse.ArgumentParser:
     sweep.add_argument("overrides", nargs="*", help="dotted overrides of the base, e.g. federation.rounds=5")
     sweep.add_argument("--grid", action="append", default=[], metavar="KEY=V1,V2,...",
                        help="a dotted key and its values (YAML), e.g. algorithm.name=fedavg,fedprox; repeatable")
-    sweep.add_argument("--seeds", default="0", help="seeds: 0-4 or 0,3,7 (default 0); each sets the split and the run")
-    sweep.add_argument("--hold", action="append", default=[], choices=["split", "run"],
-                       help="keep the base config's split (or run seed) for every seed")
+    sweep.add_argument("--seeds", default="0", help="seeds: 0-4 or 0,3,7 (default 0); each sets the split, the initial model and the sampling")
+    sweep.add_argument("--hold", action="append", default=[], choices=["split", "init", "sampling", "run"],
+                       help="keep the base config's split, initial model, sampling, or run (initial model and "
+                            "sampling) for every seed; repeatable")
     sweep.add_argument("--out", help="the sweep's folder (default: OUTPUT_DIR/NAME-sweep); run again to resume")
     sweep.add_argument("--trial-cpus", type=float, help="CPUs of each trial (default: one client actor's)")
     sweep.add_argument("--trial-gpus", type=float, default=0.0, help="GPUs of each trial")
@@ -161,7 +162,8 @@ def _sweep(args) -> int:
         point = ", ".join(f"{k}={v}" for k, v in group.items() if k not in ("seeds", "final_accuracy", "best_accuracy"))
         measures = "; ".join(f"{m.split('_')[0]} {g['mean']:.4f}" + (f" [{g['low']:.4f}, {g['high']:.4f}]" if g["low"] is not None else "")
                              for m, g in ((m, group[m]) for m in ("final_accuracy", "best_accuracy") if m in group))
-        print(f"{point or 'base'}: {len(group['seeds'])} seeds; {measures or 'no finished trial'}")
+        held = f" ({', '.join(result.hold)} held)" if result.hold else ""
+        print(f"{point or 'base'}: {len(group['seeds'])} seeds{held}; {measures or 'no finished trial'}")
     failed = [r for r in result.rows if r["status"] != "done"]
     for row in failed:
         why = f"{row['error']} (traceback: {row['run_dir']}/error.log)" if row.get("error") else "it did not run"

@@ -370,6 +370,10 @@ class Config(_Section):
 
     name: str = "experiment"
     seed: Seed = 0
+    init_seed: Optional[Seed] = Field(
+        None, description="the seed of the initial models (theta^0, FedGen's generator); null: the run's seed. Set "
+                          "it to hold the initial model while seed varies the sampling and batch order, or the other "
+                          "way round")
     output_dir: PathSetting = "runs"
     checkpoint_every: int = Field(5, ge=1)
     data: DataConfig = Field(default_factory=DataConfig)
@@ -382,6 +386,11 @@ class Config(_Section):
     observers: list[str] = Field(
         default_factory=list, description="the user's observers of the round loop by import path "
                                           "(package.module:Class, an Observer subclass made with no arguments)")
+
+    @property
+    def model_seed(self) -> int:
+        """The seed of the initial models: ``init_seed``, else ``seed``."""
+        return self.seed if self.init_seed is None else self.init_seed
 
     @field_validator("name")
     @classmethod

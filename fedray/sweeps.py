@@ -16,9 +16,12 @@ actor, and the trial's actors start inside those bundles, so concurrent trials n
 clients: as many trials at once as the cluster has CPUs). This module plans, checks and sums up;
 it imports neither Ray nor the backend.
 
-Seeds. A seed sets the run's ``seed`` (initial model, client sampling, batch order) and the split's
-(``data.seed``, ``aux.seed``). ``hold=("split",)`` keeps the base config's split for every seed
-(comparisons that must see the same clients); ``hold=("run",)`` keeps its run seed.
+Seeds. A seed sets the split (``data.seed``, ``aux.seed``), the initial model (``init_seed``, which
+follows ``seed`` unless set) and the sampling (``seed``: the clients of each round, the batch order
+and the rest of the run's randomness). ``hold`` keeps the base config's value of one of them for
+every seed: ``"split"`` (comparisons that must see the same clients), ``"init"`` (the same initial
+model, the seed then varying sampling and split), ``"sampling"`` (the seed varies the initial model
+through ``init_seed``), or ``"run"`` (initial model and sampling both).
 
 A stopped sweep is resumed by running it again with the same ``out``: a trial whose run finished
 (``result.json``) is not run again, an interrupted one resumes from its last checkpoint. A folder
@@ -42,7 +45,8 @@ import yaml
 
 from fedray.config import Config, ConfigError
 
-HOLDS = ("split", "run")
+HOLDS = ("split", "init", "sampling", "run")
+HELD_BY = {"seed": "sampling (or run)", "init_seed": "init (or run)", "data.seed": "split", "aux.seed": "split"}
 
 
 @dataclass(frozen=True)
@@ -77,13 +81,33 @@ def _variant(axis: str, label: Any, overrides: Any) -> dict[str, Any]:
     return items
 
 
-def plan(grid: Mapping[str, Any], seeds: Iterable[int], hold: Sequence[str] = ()) -> list[Trial]:
+def seed_overrides(seed: int, hold: Sequence[str] = (), base: tuple[int, Optional[int]] = (0, None)) -> dict[str, int]:
+    """What a sweep's ``seed`` sets in a trial's config, given what ``hold`` keeps of the base config,
+    whose ``(seed, init_seed)`` is ``base``: the split's seeds, ``seed`` and ``init_seed``. The
+    initial model follows ``seed`` while neither is held, so ``init_seed`` is set only where the two
+    must part (or where the base config sets it)."""
+    out = {} if "split" in hold else {"data.seed": seed, "aux.seed": seed}
+    sampling_held = "run" in hold or "sampling" in hold
+    init_held = "run" in hold or "init" in hold
+    if not sampling_held:
+        out["seed"] = seed
+    if init_held and not sampling_held:
+        out["init_seed"] = base[0] if base[1] is None else base[1]  # the base's initial model, pinned
+    elif not init_held and (sampling_held or base[1] is not None):
+        out["init_seed"] = seed
+    return out
+
+
+def plan(grid: Mapping[str, Any], seeds: Iterable[int], hold: Sequence[str] = (),
+         base: tuple[int, Optional[int]] = (0, None)) -> list[Trial]:
     """The trials: every combination of the grid's values (keys in the given order), for every seed.
 
     A grid entry is a config key with a list of its values (``{"training.lr": [0.05, 0.1]}``), or an
     axis of named variants, each a set of overrides (``{"method": {"fedavg": {"algorithm.name":
     "fedavg"}, "scaffold": ["algorithm={name: scaffold}", "training.momentum=0"]}}``): the trial's
     point then holds the variant's name, and its overrides the variant's.
+
+    Each seed's trial gets ``seed_overrides`` (``base``: the base config's ``seed`` and ``init_seed``).
 
     Raises:
         ConfigError: an empty grid value list, no seeds, an unknown ``hold``, or a grid key (or a
@@ -95,7 +119,8 @@ def plan(grid: Mapping[str, Any], seeds: Iterable[int], hold: Sequence[str] = ()
     unknown = [h for h in hold if h not in HOLDS]
     if unknown:
         raise ConfigError(f"hold {unknown[0]!r} is not one of {', '.join(HOLDS)}")
-    seeded = [k for k in (("seed",) if "run" not in hold else ()) + (("data.seed", "aux.seed") if "split" not in hold else ())]
+    # the keys whose value moves with the seed; a held key's base value may be overridden by the grid
+    seeded = {k for k, v in seed_overrides(0, hold, base).items() if seed_overrides(1, hold, base)[k] != v}
     axes: dict[str, list[tuple[Any, dict[str, Any]]]] = {}  # per axis: (point value, its overrides)
     for key, values in grid.items():
         if isinstance(values, Mapping) and values:
@@ -109,15 +134,16 @@ def plan(grid: Mapping[str, Any], seeds: Iterable[int], hold: Sequence[str] = ()
             for set_key in overrides:
                 if set_key in seeded:
                     where = f"grid {key!r}" if set_key == key else f"grid {key!r}, variant {label!r}, sets {set_key!r}"
-                    raise ConfigError(f"{where}: the sweep's seeds set it; give seeds, or hold "
-                                      f"{'run' if set_key == 'seed' else 'split'}")
+                    raise ConfigError(f"{where}: the sweep's seeds set it; give seeds, or hold {HELD_BY[set_key]}")
     trials = []
     for combo in itertools.product(*axes.values()):
         point = {axis: value for axis, (value, _) in zip(axes, combo)}
         overrides = {k: v for _, o in combo for k, v in o.items()}
         for seed in seeds:
             name = ",".join([f"{k}={_value_text(v)}" for k, v in point.items()] + [f"seed={seed}"])
-            trials.append(Trial(name, {**overrides, **{k: seed for k in seeded}}, point, seed))
+            keys = seed_overrides(seed, hold, base)
+            held = {k: v for k, v in keys.items() if k not in seeded}
+            trials.append(Trial(name, {**held, **overrides, **{k: keys[k] for k in seeded}}, point, seed))
     return trials
 
 
@@ -128,6 +154,7 @@ class SweepResult:
     out: Path
     rows: list[dict[str, Any]]
     groups: list[dict[str, Any]] = field(default_factory=list)
+    hold: list[str] = field(default_factory=list)  # what the seeds did not vary (``plan``)
 
 
 def _failure(log: Path) -> str:
@@ -136,7 +163,7 @@ def _failure(log: Path) -> str:
     return re.sub(r"^=== fedray run failed \S+ \S+: ", "", heads[-1]) if heads else f"see {log}"
 
 
-def _summarise(trials: list[Trial], out: Path) -> SweepResult:
+def _summarise(trials: list[Trial], out: Path, hold: Sequence[str] = ()) -> SweepResult:
     """The table of the trials from their run folders, and per grid point the seeds' mean final and
     best accuracy with 95% intervals; written to ``sweep.csv`` and ``sweep.json``."""
     from fedray.stats import interval
@@ -168,8 +195,8 @@ def _summarise(trials: list[Trial], out: Path) -> SweepResult:
         writer = csv.DictWriter(f, fieldnames=fields)
         writer.writeheader()
         writer.writerows(rows)
-    (out / "sweep.json").write_text(json.dumps({"trials": rows, "groups": groups}, indent=2))
-    return SweepResult(out, rows, groups)
+    (out / "sweep.json").write_text(json.dumps({"hold": list(hold), "trials": rows, "groups": groups}, indent=2))
+    return SweepResult(out, rows, groups, list(hold))
 
 
 def _other_run(run_dir: Path, config: Config) -> Optional[str]:
@@ -180,7 +207,12 @@ def _other_run(run_dir: Path, config: Config) -> Optional[str]:
     saved_file = run_dir / "config.yaml"
     if not saved_file.exists():
         return None
-    saved = _flat(yaml.safe_load(saved_file.read_text()))
+    saved = yaml.safe_load(saved_file.read_text())
+    try:  # a setting added to fedray since that run was saved counts at its default
+        saved = Config.model_validate(saved).to_dict()
+    except ValueError:
+        pass
+    saved = _flat(yaml.safe_load(yaml.safe_dump(saved)))
     mine = _flat(yaml.safe_load(yaml.safe_dump(config.to_dict())))
     for key in sorted(set(saved) | set(mine)):
         if saved.get(key, "<unset>") != mine.get(key, "<unset>"):
@@ -205,7 +237,7 @@ def sweep(source: Union[str, os.PathLike, Mapping, Config], grid: Optional[Mappi
     from fedray.method import resolve
 
     base = api.load_config(source, overrides)
-    trials = plan(dict(grid or {}), seeds, hold)
+    trials = plan(dict(grid or {}), seeds, hold, (base.seed, base.init_seed))
     configs = {t.name: api.load_config(base, t.overrides) for t in trials}  # every trial's config is valid
     if base.runtime.backend == "local" and base.runtime.torch_threads is None:
         # a local trial trains in its own process, on the CPUs of its bundle: not the machine's
@@ -235,7 +267,7 @@ def sweep(source: Union[str, os.PathLike, Mapping, Config], grid: Optional[Mappi
     todo = [t for t in trials if not (out / "trials" / t.name / "result.json").exists()]
     if todo:
         runner.run_trials(base.runtime, {t.name: configs[t.name] for t in todo}, resources, out, max_concurrent, progress)
-    return _summarise(trials, out)
+    return _summarise(trials, out, hold)
 
 
 __all__ = ["SweepResult", "Trial", "plan", "sweep"]

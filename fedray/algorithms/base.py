@@ -118,7 +118,7 @@ class ServerContext:
         """theta^0 of ``arch``: the run's initial model (pre-trained features, if any)."""
         if self.initial_models is not None:
             return dict(self.initial_models[arch])
-        return initial_model(self.build_model, arch, self.config.seed)
+        return initial_model(self.build_model, arch, self.config.model_seed)
 
 
 def task_seed(seed: int, round: int, client_id: int) -> int:
@@ -162,7 +162,7 @@ class ClientAlgorithm:
     def initial(self, arch: str) -> Weights:
         """theta^0 of ``arch``, as the server has it (pre-trained features, if any); do not change it."""
         if arch not in self._initial:
-            self._initial[arch] = initial_model(self.build_model, arch, self.config.seed)
+            self._initial[arch] = initial_model(self.build_model, arch, self.config.model_seed)
         return self._initial[arch]
 
     def model(self, arch: str) -> torch.nn.Module:

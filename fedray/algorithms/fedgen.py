@@ -170,7 +170,7 @@ class FedGen(FedAvg):
         model = next(iter(models.values()))
         self.num_classes, self.latent_dim = model.num_classes, model.feature_dim
         with torch.random.fork_rng(devices=[]):
-            torch.manual_seed(self.config.seed)
+            torch.manual_seed(self.config.model_seed)
             self._gen = Generator(self.num_classes, self.latent_dim, params.noise_dim, params.hidden_dim).to(ctx.device)
         self._opt = torch.optim.Adam(self._gen.parameters(), lr=params.gen_lr, weight_decay=params.gen_weight_decay)
         self.prior = np.full(self.num_classes, 1.0 / self.num_classes)  # p^(y), uniform before any counts
