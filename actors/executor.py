@@ -507,9 +507,13 @@ class RayExecutor(Executor):
         devices = {}
         for where in self.placements:
             devices[where["device"]] = devices.get(where["device"], 0) + 1
-        return {"backend": "ray", "actors": len(self.actors), "actors_per_node": per_node, "devices": devices,
-                "clients_per_actor": [len(g) for g in self.groups],
-                "server_hosts_clients": any(slot.server for slot in self.slots)}
+        out = {"backend": "ray", "actors": len(self.actors), "actors_per_node": per_node, "devices": devices,
+               "clients_per_actor": [len(g) for g in self.groups],
+               "server_hosts_clients": any(slot.server for slot in self.slots)}
+        if any(slot.node_id.startswith(places.BUNDLE) for slot in self.slots):  # a sweep's trial: where its bundles were
+            out["bundle_nodes"] = {slot.node_id: where["node"][:8] for slot, where in zip(self.slots, self.placements)
+                                   if where}
+        return out
 
     def shutdown(self) -> None:
         stop(self.slots, self.actors)

@@ -112,3 +112,35 @@ def test_pool_sized_per_node_and_a_lost_node_hands_its_clients_over(tmp_path):
     finally:
         shutdown_ray()
         cluster.shutdown()
+
+
+def test_a_sweep_spreads_its_trials_over_the_nodes_of_a_cluster(tmp_path):
+    """``fedray sweep`` from a driver joined to a three-node cluster: a trial of 2 CPUs on nodes of 1
+    CPU has its server's bundle on one node and its client actor's on another, and its result is the
+    one the same config gives in one process (a run repeats bit for bit, whichever actor ran which
+    client). The sweep's folder is on this machine's disk, which every simulated node shares."""
+    from fedray import api
+    from fedray.sweeps import sweep
+
+    cluster, _ = cluster_of(1, 1)
+    try:
+        base = small_config(federation={"num_clients": 6, "clients_per_round": 4, "rounds": 2,
+                                        "architectures": {"mlp": 6}},
+                            data={"dataset": "fashion_mnist", "train_limit": 3000, "test_limit": 1000},
+                            runtime={"torch_threads": 1})
+        result = sweep(base, {"training.lr": [0.02, 0.05]}, seeds=[1], out=tmp_path / "sweep", trial_cpus=2,
+                       progress=False)
+        assert [r["status"] for r in result.rows] == ["done", "done"]
+        alive = {n["NodeID"][:8] for n in ray.nodes() if n["Alive"]}
+        for row in result.rows:
+            where = api.Result.load(row["run_dir"]).summary["executor"]["bundle_nodes"]
+            assert set(where) == {"bundle:0", "bundle:1"} and len(set(where.values())) == 2
+            assert set(where.values()) <= alive
+        lr = result.rows[1]["training.lr"]
+        local = api.load_config(base, {"training.lr": lr, "seed": 1, "data.seed": 1, "aux.seed": 1,
+                                       "runtime.backend": "local"})
+        alone = api.run(local, run_dir=tmp_path / "alone", progress=False)
+        assert result.rows[1]["final_accuracy"] == alone.final["eval/accuracy"]
+    finally:
+        shutdown_ray()
+        cluster.shutdown()
