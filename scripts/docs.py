@@ -361,7 +361,7 @@ ROWS = [
     ("`repro_fedaux_table71_fmnist.yaml` + `scripts/repro_fedaux.py`",
      "FedAUX Table I / thesis Table 7.1 on Fashion-MNIST: 20 clients, Dirichlet alpha 0.01 and 100, C = 0.2 / 0.4 "
      "/ 0.8, the 2NN MLP, 15 rounds instead of 100, 5,000 carved-out auxiliary images (1,000 of them D^-), SimCLR "
-     "30 epochs, lambda 0.1, eps 0.1, delta 1e-5; two seeds on one split, Alg. 14's normaliser",
+     "30 epochs, lambda 0.1, eps 0.1, delta 1e-5; two seeds on one split, FedAUX under the public normaliser",
      "ResNet-8 on CIFAR-10 with STL-10, maximum %, alpha 0.01: FedAvg 19.9 / 23.6 / 28.9, FedProx 28.4 / 34.0 / "
      "42.0, FedDF 25.0 / 27.8 / 30.6, FedDF+P 28.8 / 39.3 / 48.1, FedAUX **54.2 / 71.2 / 78.5**; alpha 100: "
      "80.8-89.6", "repro_fedaux.json", table71),
@@ -371,7 +371,7 @@ ROWS = [
      "FedAUX **64.8 / 68.2 / 71.3**", "repro_fedaux.json", oneshot),
     ("the same, `--only privacy`",
      "FedAUX Fig. 8 / thesis Fig. 7.7: accuracy against eps; here alpha 0.01, C = 0.4, lambda 0.1, eps 0.01 to no "
-     "noise, Alg. 14's normaliser", "40 clients, ResNet-8, lambda 0.01: 74.6% without noise, 70.8% at eps 0.04, "
+     "noise, the public normaliser", "40 clients, ResNet-8, lambda 0.01: 74.6% without noise, 70.8% at eps 0.04, "
      "delta 1e-6", "repro_fedaux.json", privacy),
     ("the same, `--only claim`",
      "the claim at alpha 0.01 (FedAUX > FedDF+P > FedDF), C = 0.2 / 0.4 / 0.8, differences paired by seed",

@@ -79,6 +79,15 @@ def header_lines(meta: dict, results: dict) -> list[str]:
              "[reproductions.md](reproductions.md).", ""]
     lines += wall_time(meta, lambda i: f"{command(i)}, {i['runs']} runs, {i['wall_s'] / 60:.1f} min "
                                        f"(pre-training {i.get('warm_s', 0):.0f} s)", brackets=True)
+    norms: dict[str, set] = {}  # FedAUX's normaliser per experiment (runs saved without the field used Alg. 14's)
+    for r in results.values():
+        if r["method"].startswith("fedaux"):
+            norms.setdefault(r.get("normaliser") or "paper", set()).add(r["experiment"])
+    if norms:
+        said = "; ".join(f"`{n}` in {', '.join(sorted(e))}" for n, e in sorted(norms.items()))
+        lines += [f"FedAUX's normaliser: {said}. Under `public` the reported (eps, delta) is a guarantee; under "
+                  "`paper` (Alg. 14's gamma_i, from the client's own data) it is not ([methods.md](methods.md), "
+                  "FedAUX point 3).", ""]
     pre = [r["pretrain"] for r in results.values() if r.get("pretrain")]
     if pre:
         mlp = [p["mlp"]["loss"][-1] for p in pre if "mlp" in p and p["mlp"]["loss"]]
@@ -237,16 +246,24 @@ def lambda_lines(results: dict, meta: dict) -> list[str]:
 
 def lambda_machine_lines(results: dict, meta: dict) -> list[str]:
     """Where the sweep ran, and how its lambda-0.1 row compares with the same runs in the grid."""
-    invocations = {tuple(i["only"]): i for i in meta.get("invocations", [])}
-    here, grid = invocations.get(("lambda",), {}), invocations.get((), {})
-    if not here.get("cpu") or here.get("cpu") == grid.get("cpu"):
-        return []
+    def last_call(experiment: str) -> tuple[int, dict]:  # the last call that ran that experiment's FedAUX runs
+        calls = [(n, i) for n, i in enumerate(meta.get("invocations", []))
+                 if (not i["only"] or experiment in i["only"]) and (not i.get("methods") or "fedaux" in i["methods"])]
+        return calls[-1] if calls else (-1, {})
+
+    (n_here, here), (n_grid, grid) = last_call("lambda"), last_call("table71")
     again = [best(r) for s in SEEDS if (r := lambda_run(results, 0.1, 0.1, s))]
     before = over_seeds(results, "table71", "fedaux", PRIVACY_ALPHA, PRIVACY_RATE)
-    return [f"The sweep ran on another machine ({here['cpu']}) than the grid above ({grid.get('cpu', 'not recorded')}). "
-            f"Its λ = 0.1, ε = 0.1 row repeats the grid's FedAUX at α = {PRIVACY_ALPHA:g}, C = {PRIVACY_RATE:g} with "
+    same = (f"Its λ = 0.1, ε = 0.1 row repeats the grid's FedAUX at α = {PRIVACY_ALPHA:g}, C = {PRIVACY_RATE:g} with "
             f"the same seeds: {listing([f'{v:.1f}' for v in again])} here against "
-            f"{listing([f'{v:.1f}' for v in before])} there. A run repeats bit for bit on one machine, but the last "
+            f"{listing([f'{v:.1f}' for v in before])} there.")
+    if n_here == n_grid:
+        return [f"The sweep and the grid's FedAUX runs come from one call on one machine ({here.get('cpu', 'not recorded')}). "
+                + same + " A run repeats bit for bit on one machine.", ""]
+    if not here.get("cpu") or here.get("cpu") == grid.get("cpu"):
+        return []
+    return [f"The sweep ran on another machine ({here['cpu']}) than the grid above ({grid.get('cpu', 'not recorded')}). "
+            + same + " A run repeats bit for bit on one machine, but the last "
             "bits of float arithmetic differ between processors; they change h_0 and the first round's teachers, and at "
             "α = 0.01 that moves the maximum by about as much as another seed does.", ""]
 

@@ -27,7 +27,8 @@ def final(r: dict, tag: str = "accuracy") -> float:
 
 def command(call: dict) -> str:
     """What a call of the script ran (``fedray.repro.invocation``), as its options: `--only ... --jobs N`."""
-    return f"`--only {' '.join(call['only']) if call['only'] else 'all'} --jobs {call['jobs']}`"
+    methods = f" --methods {' '.join(call['methods'])}" if call.get("methods") else ""
+    return f"`--only {' '.join(call['only']) if call['only'] else 'all'}{methods} --jobs {call['jobs']}`"
 
 
 def wall_time(meta: dict, describe: Callable[[dict], str], brackets: bool) -> list[str]:

@@ -13,11 +13,12 @@ Table III scaled, a privacy sweep over eps, and the Mixed (three architectures) 
   (which is J at lambda / N), and what does the DP noise, which grows as 1/lambda, leave of that?
 - **claim**: the issue's claim at alpha 0.01 (FedAUX > FedDF+P > FedDF) with five seeds that vary the
   split (the Dirichlet draw and the auxiliary data) as well as the run, for all three C, with the
-  differences paired by seed; FedAUX with the public normaliser (its privacy guarantee holds).
+  differences paired by seed.
 - **mixed**: a third of the clients each on LogReg, the MLP and a one-layer LSTM-64 (FedAUX's Mixed:
   ResNet-8 / MobileNetV2 / ShuffleNet), FedDF, FedDF+P and FedAUX, alpha 0.01 and 100.
 
-FedAUX runs twice everywhere: ``regularization: paper`` (w_i minimises the paper's J, the default)
+FedAUX runs with the public normaliser everywhere (the config's ``normaliser: public``: its privacy
+figure is a guarantee; docs/methods.md), and twice: ``regularization: paper`` (w_i minimises the paper's J, the default)
 and ``code`` (the authors' code: sklearn C = 1/lambda, J with lambda / N), because the two give very
 different scores (see docs/methods.md). Writes docs/repro_fedaux.json (every run's rounds; ``--only``
 merges into the saved one), then docs/repro_fedaux.md (ours beside the paper's) and .png from it
@@ -28,6 +29,7 @@ at once never pre-train the same model twice.
 
     python scripts/repro_fedaux.py
     python scripts/repro_fedaux.py --only table71 --rounds 1 --out /tmp/quick --sweep /tmp/quick-runs   # timing check
+    python scripts/repro_fedaux.py --only table71 oneshot --methods fedaux fedaux_code   # re-run FedAUX alone
     python scripts/repro_fedaux.py --plot-only
 """
 
@@ -92,8 +94,6 @@ def runs(rounds: int | None) -> list[dict]:
     def add(experiment, method, alpha, rate, seed, extra=(), eps=None, lam=None):
         overrides = [f"data.alpha={alpha}", f"federation.clients_per_round={round(rate * NUM_CLIENTS)}",
                      *METHODS[method][1], *extra]
-        if experiment == "claim" and method.startswith("fedaux"):
-            overrides.append("algorithm.normaliser=public")  # the guarantee's normaliser (docs/methods.md)
         if eps is not None:
             overrides.append(f"algorithm.eps={'null' if math.isinf(eps) else eps}")
         if lam is not None:
@@ -187,14 +187,14 @@ def warm_cache(specs: list[dict]) -> None:
     for spec in specs:
         config = load_config(CONFIG, spec["overrides"] + seed_overrides(spec["experiment"], spec["seed"]))
         archs = tuple(config.federation.architectures)
-        if not config.pretrain.epochs or (config.seed, archs, config.aux.seed) in seen:
+        if not config.pretrain.epochs or (config.model_seed, archs, config.aux.seed) in seen:
             continue
-        seen.add((config.seed, archs, config.aux.seed))
+        seen.add((config.model_seed, archs, config.aux.seed))
         start = time.perf_counter()
         data = load_data(config)
         build = model_builder(config.federation.model_options, data.input_shape, data.num_classes)
         _, info = initial_models(config, list(archs), build, data, torch.device("cpu"))
-        print(f"pre-trained seed {config.seed}, {', '.join(archs)}: "
+        print(f"pre-trained seed {config.model_seed}, {', '.join(archs)}: "
               + ", ".join(f"{a} " + ("cached" if i["cached"] else f"{i['seconds']:.0f} s") for a, i in info.items())
               + f" ({time.perf_counter() - start:.0f} s)", flush=True)
 
@@ -203,7 +203,9 @@ def main() -> None:
     from fedaux_report import write_outputs  # here: fedaux_report reads this grid from this module
 
     experiments = ["table71", "oneshot", "privacy", "claim", "lambda", "mixed"]
-    args = grid_arguments(__doc__, experiments, ROOT / "docs" / "repro_fedaux").parse_args()
+    parser = grid_arguments(__doc__, experiments, ROOT / "docs" / "repro_fedaux")
+    parser.add_argument("--methods", nargs="+", choices=list(METHODS), help="run only these methods' runs (merged)")
+    args = parser.parse_args()
     out = Path(args.out)
     store = Store(out.with_suffix(".json"), key=key, field="runs")
     meta = (store.read() or {}).get("meta", {"machine": "2-core CPU dev machine"})
@@ -211,7 +213,8 @@ def main() -> None:
     if args.plot_only:
         results = store.load()
     else:
-        todo = [r for r in runs(args.rounds) if not args.only or r["experiment"] in args.only]
+        todo = [r for r in runs(args.rounds) if (not args.only or r["experiment"] in args.only)
+                and (not args.methods or r["method"] in args.methods)]
         start = time.perf_counter()
         warm_cache(todo)
         warm_s = time.perf_counter() - start
@@ -219,7 +222,8 @@ def main() -> None:
             todo, partial(run, args), store,
             lambda r: f"{key(r):36} max {best(r):5.1f} final {final(r):5.1f} {r['wall_s']:5.0f} s")
         meta.setdefault("invocations", []).append(invocation(args, [s for s in todo if key(s) in results], results,
-                                                             key, start, warm_s=warm_s, sweep=True))
+                                                             key, start, warm_s=warm_s, sweep=True,
+                                                             methods=args.methods or []))
         store.save(results)
     write_outputs(results, meta, out)
     print(f"wrote {out}.md, .json and .png")
