@@ -88,6 +88,13 @@ class HostActor:
             self._round = tasks[0].round
 
     @host_method
+    def evaluate_part(self, arch, weights, group, test, first, stop, batch_size, num_classes):
+        """``ClientHost.evaluate_part``; ``test``: ``[ref]`` of the test set, fetched only when the
+        host has not kept the group's tensors yet."""
+        return self._host().evaluate_part(arch, weights, group, lambda: ray.get(test[0]), first, stop,
+                                          batch_size, num_classes)
+
+    @host_method
     def prepare_batch(self, tasks, keys, *payloads):
         return self._host().prepare_batch(tasks, keys, *payloads)
 

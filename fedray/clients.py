@@ -17,7 +17,7 @@ import traceback
 import warnings
 from contextlib import contextmanager
 from dataclasses import replace
-from typing import Any, Hashable, Iterator
+from typing import Any, Callable, Hashable, Iterator
 
 import numpy as np
 import torch
@@ -30,8 +30,9 @@ from fedray.fold import Node, Sums, TreeStack, add_terms, finite, fold_groups
 from fedray.method import Method
 from fedray.messages import ClientFailure, ClientSpec, ClientTask, ClientUpdate, one_line
 from fedray.models import model_builder
-from fedray.training import cap_gpu_memory, gpu_memory_note, resolve_device, set_torch_threads
-from fedray.weights import Weights, all_finite, is_update, nbytes
+from fedray.training import (EvalPart, cap_gpu_memory, evaluate_part, gpu_memory_note, resolve_device,
+                             set_torch_threads)
+from fedray.weights import Weights, all_finite, is_update, nbytes, set_weights
 
 
 def client_major(x: np.ndarray, y: np.ndarray, specs: list[ClientSpec]
@@ -144,7 +145,9 @@ class ClientHost:
         build = model_builder(config.federation.model_options, train_x.shape[1:], num_classes)
         aux = None if aux_x is None else torch.from_numpy(np.array(aux_x)).to(self.device)  # own, writable copy
         self.algorithm = method.make_client(config, build, self.device, aux, initial_models)
-        self.config, self.num_classes = config, num_classes
+        self.config, self.num_classes, self.build = config, num_classes, build
+        self._eval_models: dict[str, torch.nn.Module] = {}  # a model per architecture, to evaluate on
+        self._test_sets: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}  # by group
         self.train_x, self.train_y, self.spans = train_x, train_y, spans
         self.specs = {spec.client_id: spec for spec in specs}
         self.fold_group = fold_groups(list(self.specs), config.runtime.fold_groups)  # as the executor cuts them
@@ -331,3 +334,30 @@ class ClientHost:
 
     def hosted(self) -> list[int]:
         return sorted(self.clients)
+
+    def evaluate_part(self, arch: str, weights: Weights, group: int, test: Callable[[], tuple[np.ndarray, np.ndarray]],
+                      first: int, stop: int, batch_size: int, num_classes: int = 0) -> EvalPart:
+        """Batches ``first`` to ``stop`` of the evaluation of ``weights`` (a model of ``arch``) on
+        group ``group``'s test set, on this host's device with its threads: its share of an
+        evaluation the executor spreads over the hosts (``RayExecutor.evaluate``). ``test`` gives the
+        whole test set the first time a group is asked for; its tensors are kept."""
+        if arch not in self._eval_models:
+            self._eval_models[arch] = self.build(arch).to(self.device)
+        model = self._eval_models[arch]
+        set_weights(model, weights)
+        if group not in self._test_sets:
+            self._test_sets[group] = test_tensors(self.config, *test(), group, self.num_classes, self.device)
+        x, y = self._test_sets[group]
+        return evaluate_part(model, x, y, batch_size, num_classes, first, stop)
+
+
+def test_tensors(config: Config, x: np.ndarray, y: np.ndarray, group: int, num_classes: int,
+                 device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+    """Group ``group``'s test set (its label or rotation shift, ``data.group_shift``) as tensors
+    on ``device``; on the CPU an unshifted set is the arrays themselves, not a copy."""
+    d = config.data
+    x, y = apply_group(x, y, d.group_shift, group, d.groups, num_classes, d.seed)
+    with warnings.catch_warnings():  # a view of Ray's read-only object store: torch warns, reads fine
+        warnings.filterwarnings("ignore", "The given NumPy array is not writable")
+        return (torch.from_numpy(np.ascontiguousarray(x)).to(device),
+                torch.from_numpy(np.ascontiguousarray(y)).to(device))

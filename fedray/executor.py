@@ -16,6 +16,7 @@ from fedray.clients import ClientHost, client_major
 from fedray.config import Config
 from fedray.fold import Node, Sums
 from fedray.messages import ClientSpec, ClientUpdate, RoundPlan
+from fedray.training import EvalPart
 from fedray.weights import Weights
 
 if TYPE_CHECKING:
@@ -61,6 +62,13 @@ class Executor(ABC):
     def node_ids(self) -> list[str]:
         """The node each host runs on (placement checks); none in-process."""
         return []
+
+    def evaluate(self, arch: str, weights: Weights, group: int, batch_size: int,
+                 num_classes: int = 0) -> list[EvalPart] | None:
+        """An evaluation spread over the hosts: the parts of the pass of ``weights`` (a model of
+        ``arch``) over group ``group``'s test set, in batch order, for ``combine_parts``; None where
+        the server evaluates it itself (in-process the one host is the server's own process)."""
+        return None
 
     @abstractmethod
     def describe(self) -> dict[str, Any]:

@@ -19,12 +19,12 @@ import torch
 
 from fedray.assembly import Experiment
 from fedray.checkpoint import CHECKPOINT, read_checkpoint, write_checkpoint
+from fedray.clients import test_tensors
 from fedray.config import save_config
-from fedray.data.shifts import apply_group
 from fedray.messages import RoundPlan, RoundResult
 from fedray.observers import ByteCounter, Checkpointer, DivergenceGuard, Observer, Step, TensorBoardLog
 from fedray.plugins import load_observers
-from fedray.training import evaluate
+from fedray.training import combine_parts, evaluate_part
 from fedray.weights import Weights, set_weights
 
 
@@ -140,19 +140,23 @@ class Federation:
 
     def evaluate_model(self, arch: str, weights: Weights, group: int = 0, per_class: bool = False) -> dict[str, Any]:
         """Accuracy and loss of ``weights`` on group ``group``'s test set (its label/rotation shift);
-        ``per_class``: also each class's ``class_correct`` and ``class_total``."""
+        ``per_class``: also each class's ``class_correct`` and ``class_total``. The hosts evaluate
+        it, each a run of its batches, where the executor spreads it (``Executor.evaluate``); the
+        parts add up to this process's single pass, to the last bit."""
         ex = self.experiment
-        if arch not in self._eval_models:
-            self._eval_models[arch] = ex.build(arch).to(ex.device)
-        model = self._eval_models[arch]
-        set_weights(model, weights)
         if group not in self._test_sets:
-            d = self.config.data
-            x, y = apply_group(ex.data.test_x, ex.data.test_y, d.group_shift, group, d.groups, ex.data.num_classes, d.seed)
-            self._test_sets[group] = (torch.from_numpy(np.ascontiguousarray(x)).to(ex.device),
-                                      torch.from_numpy(np.ascontiguousarray(y)).to(ex.device))
+            self._test_sets[group] = test_tensors(self.config, ex.data.test_x, ex.data.test_y, group,
+                                                  ex.data.num_classes, ex.device)
         x, y = self._test_sets[group]
-        return evaluate(model, x, y, self.config.federation.eval_batch_size, ex.data.num_classes if per_class else 0)
+        classes, batch = ex.data.num_classes if per_class else 0, self.config.federation.eval_batch_size
+        parts = self.executor.evaluate(arch, weights, group, batch, classes)
+        if parts is None:
+            if arch not in self._eval_models:
+                self._eval_models[arch] = ex.build(arch).to(ex.device)
+            model = self._eval_models[arch]
+            set_weights(model, weights)
+            parts = [evaluate_part(model, x, y, batch, classes)]
+        return combine_parts(parts, y, classes)
 
     def describe_executor(self) -> dict[str, Any]:
         """Where the clients run, and with ``runtime.vectorize`` whether they train as cohorts."""

@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any, Callable, Iterator, Optional
+from typing import Any, Callable, Iterator, Optional, Sequence
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 
@@ -117,29 +118,59 @@ def local_train(
     return {"loss": total / max(steps, 1), "steps": float(steps)}
 
 
+@dataclass
+class EvalPart:
+    """Batches ``[first, stop)`` of an evaluation (batches of ``batch_size`` from the start of the
+    test set): the correct predictions, each batch's summed cross-entropy in batch order, and with
+    ``num_classes`` the correct predictions per class. Parts of consecutive batches, added by
+    :func:`combine_parts`, give what one pass over the whole set gives, to the last bit."""
+
+    correct: int
+    losses: list[float]
+    class_correct: Optional[np.ndarray] = None
+
+
 @torch.inference_mode()
+def evaluate_part(model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor, batch_size: int = 256,
+                  num_classes: int = 0, first: int = 0, stop: Optional[int] = None) -> EvalPart:
+    """Batches ``first`` to ``stop`` (default: the last) of ``model``'s pass over (x, y)."""
+    model.eval()
+    correct, losses = 0, []
+    hits = torch.zeros(num_classes, dtype=torch.long, device=y.device)
+    end = len(x) if stop is None else min(len(x), stop * batch_size)
+    for start in range(first * batch_size, end, batch_size):
+        logits = model(x[start:start + batch_size])
+        target = y[start:start + batch_size]
+        losses.append(float(F.cross_entropy(logits, target, reduction="sum")))
+        right = logits.argmax(dim=1) == target
+        correct += int(right.sum())
+        if num_classes:
+            hits += torch.bincount(target[right], minlength=num_classes)
+    return EvalPart(correct, losses, hits.cpu().numpy() if num_classes else None)
+
+
+def combine_parts(parts: Sequence[EvalPart], y: torch.Tensor, num_classes: int = 0) -> dict[str, Any]:
+    """Accuracy and mean cross-entropy over (x, y) from the parts of its batches, in batch order;
+    with ``num_classes``, also ``class_correct`` and ``class_total`` (integer arrays). The batch
+    losses are added one after another from the first, as a single pass adds them."""
+    loss = 0.0
+    for part in parts:
+        for value in part.losses:
+            loss += value
+    n = max(len(y), 1)
+    out: dict[str, Any] = {"accuracy": sum(p.correct for p in parts) / n, "loss": loss / n}
+    if num_classes:
+        out["class_correct"] = sum(p.class_correct for p in parts)
+        out["class_total"] = torch.bincount(y, minlength=num_classes).cpu().numpy()
+    return out
+
+
 def evaluate(
     model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor, batch_size: int = 256, num_classes: int = 0
 ) -> dict[str, Any]:
     """Accuracy and mean cross-entropy of ``model`` on (x, y); with ``num_classes``, also each
     class's ``class_correct`` and ``class_total`` (integer arrays)."""
-    model.eval()
-    correct, loss = 0, 0.0
-    hits = torch.zeros(num_classes, dtype=torch.long, device=y.device)
-    for start in range(0, len(x), batch_size):
-        logits = model(x[start:start + batch_size])
-        target = y[start:start + batch_size]
-        loss += float(F.cross_entropy(logits, target, reduction="sum"))
-        right = logits.argmax(dim=1) == target
-        correct += int(right.sum())
-        if num_classes:
-            hits += torch.bincount(target[right], minlength=num_classes)
-    n = max(len(x), 1)
-    out: dict[str, Any] = {"accuracy": correct / n, "loss": loss / n}
-    if num_classes:
-        out["class_correct"] = hits.cpu().numpy()
-        out["class_total"] = torch.bincount(y, minlength=num_classes).cpu().numpy()
-    return out
+    return combine_parts([evaluate_part(model, x, y, batch_size, num_classes)], y, num_classes)
 
 
 def set_torch_threads(count: int) -> int:

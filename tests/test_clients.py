@@ -13,8 +13,8 @@ from fedray.config import build_config
 from fedray.method import resolve
 from fedray.messages import ClientFailure, ClientSpec, ClientTask
 from fedray.models import create_model
-from fedray.training import cap_gpu_memory, gpu_memory_note, set_torch_threads
-from fedray.weights import get_weights
+from fedray.training import cap_gpu_memory, combine_parts, evaluate, gpu_memory_note, set_torch_threads
+from fedray.weights import get_weights, set_weights
 
 
 @pytest.fixture
@@ -124,3 +124,26 @@ def test_a_thread_keeps_the_torch_threads_it_set_when_another_thread_sets_its_ow
         t.join()
     torch.set_num_threads(before)  # the process-wide default, for threads started later
     assert seen == {"server": 2, "host": 1}
+
+
+def test_an_evaluation_in_runs_of_batches_adds_up_to_one_pass(host_and_task):
+    """Runs of consecutive batches (one of them empty), added in batch order, give the single pass
+    to the last bit; the host evaluates its run on its own model, fetching the test set once."""
+    host, _, weights, _ = host_and_task
+    rng = np.random.default_rng(1)
+    tx, ty = rng.normal(size=(23, 4)).astype(np.float32), rng.integers(0, 3, 23)  # 6 batches of 4, the last of 3
+    model = create_model("logreg", (4,), 3)
+    set_weights(model, weights)
+    single = evaluate(model, torch.from_numpy(tx), torch.from_numpy(ty), 4, 3)
+    fetched = []
+
+    def test_set():
+        fetched.append(1)
+        return tx, ty
+
+    parts = [host.evaluate_part("logreg", weights, 0, test_set, first, stop, 4, 3) for first, stop in ((0, 2), (2, 2), (2, 6))]
+    assert [len(p.losses) for p in parts] == [2, 0, 4] and len(fetched) == 1
+    spread = combine_parts(parts, torch.from_numpy(ty), 3)
+    assert spread["accuracy"] == single["accuracy"] and spread["loss"] == single["loss"]
+    np.testing.assert_array_equal(spread["class_correct"], single["class_correct"])
+    np.testing.assert_array_equal(spread["class_total"], np.bincount(ty, minlength=3))

@@ -2,15 +2,18 @@
 
 import json
 import os
+import threading
 import time
 
 import numpy as np
 import pytest
 import ray
+import torch
 
 from actors.executor import ClientActorLost, RayExecutor
 from actors.driver import task_cause
 from fedray.checkpoint import CHECKPOINT, read_checkpoint
+from fedray.clients import test_tensors
 from fedray.config import ConfigError
 from fedray.assembly import assemble
 from fedray.executor import LocalExecutor
@@ -18,7 +21,8 @@ from fedray.federation import Federation
 from fedray.messages import ClientFailure, ClientTask, RoundPlan
 from fedray.runner import ERROR_LOG, RunFailed, run_experiment
 from fedray.tracking import read_scalars
-from fedray.weights import nbytes
+from fedray.training import combine_parts, evaluate, set_torch_threads
+from fedray.weights import nbytes, set_weights
 import tests.faulty_method as faulty
 from tests.integration.conftest import FOUR_ACTORS, small_config
 from tests.support import ClientCounter
@@ -68,6 +72,43 @@ def test_every_dead_client_actor_is_named_at_once(local_ray, tmp_path):
     ray.kill(fed.executor.actors[0]), ray.kill(fed.executor.actors[2])
     with pytest.raises(ClientActorLost, match=r"hosting clients \[0, 4, 8, 2, 6\]\) died during round 1"):
         fed.run_round()
+    fed.executor.shutdown()
+
+
+def test_an_evaluation_is_spread_over_the_hosts_and_adds_up_to_one_pass(local_ray, tmp_path):
+    """Four client actors each evaluate a run of the test set's batches; added in batch order the
+    parts are the single pass of one process with one torch thread, as a host has, to the last bit
+    (per-class counts too, and on a group's shifted test set). With a host dead the server
+    evaluates alone, to the same numbers."""
+    config = small_config(runtime={**FOUR_ACTORS, "torch_threads": 1}, federation={"eval_batch_size": 64},
+                          data={"group_shift": "label_permutation", "groups": 2})
+    fed = Federation(assemble(config, RayExecutor), tmp_path)
+    ex = fed.experiment
+    weights = ex.initial["lenet5"]
+    parts = fed.executor.evaluate("lenet5", weights, 1, 64, ex.data.num_classes)
+    batches = -(-len(ex.data.test_y) // 64)  # 2,000 test images: 32 batches of 64 (the last of 16)
+    assert [len(p.losses) for p in parts] == [batches // 4] * 4
+
+    def one_pass(out):
+        set_torch_threads(1)  # in a thread of its own: this one keeps its count
+        model = ex.build("lenet5")
+        set_weights(model, weights)
+        x, y = test_tensors(config, ex.data.test_x, ex.data.test_y, 1, ex.data.num_classes, torch.device("cpu"))
+        out.update(evaluate(model, x, y, 64, ex.data.num_classes), y=y)
+
+    single: dict = {}
+    worker = threading.Thread(target=one_pass, args=(single,))
+    worker.start(), worker.join()
+    spread = combine_parts(parts, single.pop("y"), ex.data.num_classes)
+    assert spread["accuracy"] == single["accuracy"] and spread["loss"] == single["loss"]
+    for key in ("class_correct", "class_total"):
+        np.testing.assert_array_equal(spread[key], single[key])
+    assert single["class_total"].sum() == 2000 and 0 < single["accuracy"] < 0.5  # theta^0: near chance
+
+    ray.kill(fed.executor.actors[3])
+    assert fed.executor.evaluate("lenet5", weights, 1, 64, ex.data.num_classes) is None
+    alone = fed.evaluate_model("lenet5", weights, 1, per_class=True)
+    assert alone["accuracy"] == single["accuracy"] and alone["loss"] == single["loss"]
     fed.executor.shutdown()
 
 
