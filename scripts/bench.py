@@ -444,7 +444,7 @@ def ratios(plain: dict | None, floor: dict | None, fedray: dict) -> dict:
 
 def paired(workload: str, repeat: int, device: str, sides: tuple[str, ...] = SIDES, memory_runs: int = 1) -> dict:
     """``repeat`` timed runs of each side, alternating the sides so that all see the same load on the
-    machine; the first ``memory_runs`` repeats are each followed by one sampled run of every side,
+    machine, each side going first in every other repeat; the first ``memory_runs`` repeats are each followed by one sampled run of every side,
     for peak memory (``measure``). Returns each repeat's ratios, their medians, and the repeat with
     the median time ratio against the floor (against the plain loop where there is no floor: on a
     GPU) with its tables."""
@@ -452,7 +452,10 @@ def paired(workload: str, repeat: int, device: str, sides: tuple[str, ...] = SID
         sides = tuple(s for s in sides if s != "floor")  # the floor is CPU only
     runs = []
     for i in range(repeat):
-        run = {side: run_side(side, workload, [], device, sample=False) for side in sides}
+        # the sides take turns going first (floor, fedray; fedray, floor; ...): whichever runs
+        # second meets what the first left (page cache, fragmented memory), so a fixed order favours one
+        order = sides if i % 2 == 0 else tuple(reversed(sides))
+        run = {side: run_side(side, workload, [], device, sample=False) for side in order}
         if i < memory_runs:
             run = {side: with_memory(result, run_side(side, workload, [], device, sample=True))
                    for side, result in run.items()}
