@@ -346,12 +346,12 @@ class ClientHost:
         model = self._eval_models[arch]
         set_weights(model, weights)
         if group not in self._test_sets:
-            self._test_sets[group] = test_tensors(self.config, *test(), group, self.num_classes, self.device)
+            self._test_sets[group] = group_test_set(self.config, *test(), group, self.num_classes, self.device)
         x, y = self._test_sets[group]
         return evaluate_part(model, x, y, batch_size, num_classes, first, stop)
 
 
-def test_tensors(config: Config, x: np.ndarray, y: np.ndarray, group: int, num_classes: int,
+def group_test_set(config: Config, x: np.ndarray, y: np.ndarray, group: int, num_classes: int,
                  device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
     """Group ``group``'s test set (its label or rotation shift, ``data.group_shift``) as tensors
     on ``device``; on the CPU an unshifted set is the arrays themselves, not a copy."""

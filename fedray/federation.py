@@ -19,7 +19,7 @@ import torch
 
 from fedray.assembly import Experiment
 from fedray.checkpoint import CHECKPOINT, read_checkpoint, write_checkpoint
-from fedray.clients import test_tensors
+from fedray.clients import group_test_set
 from fedray.config import save_config
 from fedray.messages import RoundPlan, RoundResult
 from fedray.observers import ByteCounter, Checkpointer, DivergenceGuard, Observer, Step, TensorBoardLog
@@ -145,7 +145,7 @@ class Federation:
         parts add up to this process's single pass, to the last bit."""
         ex = self.experiment
         if group not in self._test_sets:
-            self._test_sets[group] = test_tensors(self.config, ex.data.test_x, ex.data.test_y, group,
+            self._test_sets[group] = group_test_set(self.config, ex.data.test_x, ex.data.test_y, group,
                                                   ex.data.num_classes, ex.device)
         x, y = self._test_sets[group]
         classes, batch = ex.data.num_classes if per_class else 0, self.config.federation.eval_batch_size

@@ -13,7 +13,7 @@ import torch
 from actors.executor import ClientActorLost, RayExecutor
 from actors.driver import task_cause
 from fedray.checkpoint import CHECKPOINT, read_checkpoint
-from fedray.clients import test_tensors
+from fedray.clients import group_test_set
 from fedray.config import ConfigError
 from fedray.assembly import assemble
 from fedray.executor import LocalExecutor
@@ -93,7 +93,7 @@ def test_an_evaluation_is_spread_over_the_hosts_and_adds_up_to_one_pass(local_ra
         set_torch_threads(1)  # in a thread of its own: this one keeps its count
         model = ex.build("lenet5")
         set_weights(model, weights)
-        x, y = test_tensors(config, ex.data.test_x, ex.data.test_y, 1, ex.data.num_classes, torch.device("cpu"))
+        x, y = group_test_set(config, ex.data.test_x, ex.data.test_y, 1, ex.data.num_classes, torch.device("cpu"))
         out.update(evaluate(model, x, y, 64, ex.data.num_classes), y=y)
 
     single: dict = {}
