@@ -19,7 +19,7 @@ The default is ``--only w1,w2,k1000,scale``. Each workload is run three ways:
   lean baseline (``bench.py --part WORKLOAD``).
 - ``floor``: the multi-process floor, what a careful hand-written simulator without Ray does on this
   machine: the plain loop's computation with each round's clients trained by ``os.cpu_count()``
-  worker processes of one torch thread each, started once per run (``bench.py --part WORKLOAD
+  (or ``--cores``) worker processes of one torch thread each, started once per run (``bench.py --part WORKLOAD
   --floor``; see ``run_floor``). CPU only: with ``--device cuda`` there is no floor row.
 - ``fedray``: the real CLI, ``python -m fedray.cli run CONFIG``.
 
@@ -41,6 +41,7 @@ not a fair one.
     python scripts/bench.py --only w1,w2 --json out.json
     python scripts/bench.py --only w2 --repeat 3   # three runs of each side, alternating; medians
     python scripts/bench.py --only w1 --repeat 5 --sides floor,fedray   # fedray against the floor only
+    python scripts/bench.py --only w2 --repeat 6 --sides floor,fedray --cores 1   # a core left to spare
     python scripts/bench.py --part k3000 --floor   # one side alone (its RESULT line), e.g. the floor
 """
 
@@ -144,6 +145,8 @@ def run_plain(config, device: str = "cpu") -> dict:
     from fedray.models import create_model
 
     fed, tr = config.federation, config.training
+    if config.runtime.num_cpus:  # --cores
+        torch.set_num_threads(int(config.runtime.num_cpus))
     data = load_dataset(config.data.dataset, config.data.root)
     splits = partition(data.train_y, fed.num_clients, "iid", config.data.seed)
     archs = [arch for arch, count in fed.architectures.items() for _ in range(count)]
@@ -259,6 +262,11 @@ def _floor_worker(conn, config) -> None:
         conn.send((sums, counts))
 
 
+def cores(config) -> int:
+    """The cores a side may use: ``runtime.num_cpus`` where ``--cores`` set it, else the machine's."""
+    return int(config.runtime.num_cpus or os.cpu_count() or 1)
+
+
 def run_floor(config) -> dict:
     """The multi-process floor: ``run_plain``'s FedAvg computation (same split, clients, batch order,
     initial models and unweighted float64 average) with each round's clients trained by
@@ -276,7 +284,7 @@ def run_floor(config) -> dict:
     fed = config.federation
     ctx = mp.get_context("spawn")  # a fresh interpreter each: no fork of a process with torch's threads
     workers = []
-    for _ in range(os.cpu_count() or 1):
+    for _ in range(cores(config)):
         conn, child_conn = ctx.Pipe()
         proc = ctx.Process(target=_floor_worker, args=(child_conn, config), daemon=True)
         proc.start()
@@ -285,6 +293,7 @@ def run_floor(config) -> dict:
     # also teaches multiprocessing's pickler to pass shared tensors as handles rather than bytes
     import torch
 
+    torch.set_num_threads(cores(config))  # the final evaluation: on as many threads as fedray's hosts have
     from fedray.algorithms.base import round_rng
     from fedray.data import load_dataset, partition
     from fedray.models import create_model
@@ -442,12 +451,14 @@ def ratios(plain: dict | None, floor: dict | None, fedray: dict) -> dict:
     return {r: out[r] for r in RATIOS}
 
 
-def paired(workload: str, repeat: int, device: str, sides: tuple[str, ...] = SIDES, memory_runs: int = 1) -> dict:
+def paired(workload: str, repeat: int, device: str, sides: tuple[str, ...] = SIDES, memory_runs: int = 1,
+           overrides: tuple[str, ...] = ()) -> dict:
     """``repeat`` timed runs of each side, alternating the sides so that all see the same load on the
     machine, each side going first in every other repeat; the first ``memory_runs`` repeats are each followed by one sampled run of every side,
     for peak memory (``measure``). Returns each repeat's ratios, their medians, and the repeat with
     the median time ratio against the floor (against the plain loop where there is no floor: on a
-    GPU) with its tables."""
+    GPU) with its tables. ``overrides``: config overrides for every side (``--cores``)."""
+    overrides = list(overrides)
     if device != "cpu":
         sides = tuple(s for s in sides if s != "floor")  # the floor is CPU only
     runs = []
@@ -455,9 +466,9 @@ def paired(workload: str, repeat: int, device: str, sides: tuple[str, ...] = SID
         # the sides take turns going first (floor, fedray; fedray, floor; ...): whichever runs
         # second meets what the first left (page cache, fragmented memory), so a fixed order favours one
         order = sides if i % 2 == 0 else tuple(reversed(sides))
-        run = {side: run_side(side, workload, [], device, sample=False) for side in order}
+        run = {side: run_side(side, workload, overrides, device, sample=False) for side in order}
         if i < memory_runs:
-            run = {side: with_memory(result, run_side(side, workload, [], device, sample=True))
+            run = {side: with_memory(result, run_side(side, workload, overrides, device, sample=True))
                    for side, result in run.items()}
         run = {side: run.get(side) for side in SIDES}
         runs.append({**run, **ratios(run["plain"], run["floor"], run["fedray"])})
@@ -549,6 +560,10 @@ def main() -> None:
                         help="of the repeats, how many are followed by a sampled run of each side for peak memory")
     parser.add_argument("--sides", default=",".join(SIDES),
                         help="comma-separated sides to run: plain, floor, fedray (fedray always runs)")
+    parser.add_argument("--cores", type=int,
+                        help="every side uses this many of the machine's cores for its clients (runtime.num_cpus: "
+                             "the floor's workers, the plain loop's threads, fedray's Ray), leaving the rest to "
+                             "whatever else runs: fedray's daemons, the floor's parent")
     parser.add_argument("--device", default="cpu", choices=["cpu", "cuda"],
                         help="cuda: the plain loop on the GPU; fedray with 4 client actors and the server sharing it")
     args = parser.parse_args()
@@ -561,14 +576,15 @@ def main() -> None:
     unknown = set(args.sides.split(",")) - set(SIDES)
     if unknown:
         parser.error(f"--sides: unknown {', '.join(sorted(unknown))}; choose from {', '.join(SIDES)}")
-    results = {"machine": machine(args.device), "device": args.device, "sides": list(sides),
+    results = {"machine": machine(args.device), "device": args.device, "sides": list(sides), "cores": args.cores,
                "method": "times from runs without the memory sampler; peak memory from sampled runs of their own"}
     print(f"on {results['machine']}", flush=True)
     for workload in args.only.split(","):
         if workload == "scale":
             results["scale"] = scale(args.device, sides)
             continue
-        results[workload] = paired(workload, args.repeat, args.device, sides, args.memory_runs)
+        results[workload] = paired(workload, args.repeat, args.device, sides, args.memory_runs,
+                                   (f"runtime.num_cpus={args.cores}",) if args.cores else ())
     if args.json:
         Path(args.json).write_text(json.dumps(results, indent=2))
 
