@@ -2,9 +2,11 @@
 each problem is one :class:`fedray.config.ConfigError` line naming the key, the value and what to do.
 
 A local Ray must hold the server actor and the client actors with this machine's CPUs and GPUs,
-counted as Ray counts them; a cluster (``runtime.address`` or ``RAY_ADDRESS``) must answer within
-seconds, and be a Ray cluster. On a cluster ``actors.driver`` checks the placement again against
-its nodes. The core's own checks (data, run folder, resume) are ``fedray.preflight``.
+counted as Ray counts them, and with its memory (each actor is a Python process with torch); it is
+given no more CPUs or GPUs than the machine has (``runtime.num_cpus``, ``num_gpus``). A cluster
+(``runtime.address`` or ``RAY_ADDRESS``) must answer within seconds, and be a Ray cluster. On a
+cluster ``actors.driver`` checks the placement again against its nodes. The core's own checks
+(data, run folder, resume) are ``fedray.preflight``.
 """
 
 from __future__ import annotations
@@ -17,6 +19,9 @@ from actors.placement import EPS, Node, plan_actors
 from fedray.config import Config, ConfigError, RuntimeConfig
 
 PROBE_SECONDS = 3.0
+# the memory of one actor, a Python process with torch and fedray's client code: 265 MB resident,
+# measured with torch 2.13 on CPU before it holds a model or data
+ACTOR_BYTES = 256 << 20
 
 
 def check_ray(config: Config) -> None:
@@ -31,6 +36,7 @@ def check_ray(config: Config) -> None:
     if address:
         probe_ray(address, key)
         return
+    check_machine(config.runtime)
     check_placement(config, [local_node(config.runtime)], "local", local=True)
 
 
@@ -99,15 +105,43 @@ def no_cluster(address: str, key: str) -> ConfigError:
 def local_node(runtime: RuntimeConfig) -> Node:
     """The node a local Ray makes of this machine: ``runtime.num_cpus``/``num_gpus``, else the CPUs
     and GPUs Ray itself detects (its own functions, so that the two agree)."""
-    from ray._private.resource_and_label_spec import ResourceAndLabelSpec
     from ray._private.utils import get_num_cpus
 
     cpus = runtime.num_cpus if runtime.num_cpus is not None else get_num_cpus()
-    gpus = runtime.num_gpus
-    if gpus is None:
-        manager, count = ResourceAndLabelSpec._get_current_node_accelerator(None, {})
-        gpus = count if manager is not None and manager.get_resource_name() == "GPU" else 0
+    gpus = runtime.num_gpus if runtime.num_gpus is not None else machine_gpus()
     return Node("local", float(cpus), float(gpus))
+
+
+def machine_gpus() -> int:
+    """The GPUs Ray detects on this machine (0 without a GPU or its driver)."""
+    from ray._private.resource_and_label_spec import ResourceAndLabelSpec
+
+    manager, count = ResourceAndLabelSpec._get_current_node_accelerator(None, {})
+    return count if manager is not None and manager.get_resource_name() == "GPU" else 0
+
+
+def machine_memory() -> int:
+    """This machine's memory in bytes, as Ray counts it (a container's limit where it is lower)."""
+    try:
+        from ray._common.utils import get_system_memory
+    except ImportError:  # a Ray that keeps it elsewhere: the physical memory
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    return get_system_memory()
+
+
+def check_machine(runtime: RuntimeConfig) -> None:
+    """A local Ray is given no more CPUs and GPUs than this machine has: Ray believes what it is told
+    and would start as many actors as the numbers hold, on CPUs or GPUs that are not there."""
+    cpus = os.cpu_count() or 1
+    elsewhere = "leave it unset (the machine's) or join a cluster that has more (runtime.address)"
+    if runtime.num_cpus is not None and runtime.num_cpus > cpus:
+        raise ConfigError(f"bad config value runtime.num_cpus = {runtime.num_cpus}: a local Ray runs on this machine, "
+                          f"which has {cpus} CPUs; give at most {cpus}, {elsewhere}")
+    if runtime.num_gpus:
+        gpus = machine_gpus()
+        if runtime.num_gpus > gpus + EPS:
+            raise ConfigError(f"bad config value runtime.num_gpus = {runtime.num_gpus:g}: a local Ray runs on this "
+                              f"machine, where Ray finds {gpus} GPUs; give at most {gpus}, {elsewhere}")
 
 
 def check_placement(config: Config, nodes: list[Node], server_node: str, local: bool = False) -> bool:
@@ -130,7 +164,21 @@ def check_placement(config: Config, nodes: list[Node], server_node: str, local: 
         raise ConfigError(f"bad config value {key} = {request:g}{hosting}: the server actor's node ({where}) has "
                           f"{cpus:g} CPUs; lower {key}{elsewhere}")
     try:
-        plan_actors(config.federation.client_archs(), rt, nodes, server_node, hosts)
+        slots = plan_actors(config.federation.client_archs(), rt, nodes, server_node, hosts)
     except ValueError as err:
         raise ConfigError(str(err)) from None
+    if local:
+        check_memory(rt, len(slots) + (0 if any(slot.server for slot in slots) else 1), machine_memory())
     return hosts
+
+
+def check_memory(rt: RuntimeConfig, actors: int, memory: int) -> None:
+    """The actors a local Ray starts (``actors``, the server's included), each a Python process with
+    torch (``ACTOR_BYTES``), fit this machine's ``memory``: fractional CPU requests can plan thousands
+    of them on a few CPUs, which would take the machine down before the first round."""
+    if actors * ACTOR_BYTES > memory:
+        most = max(memory // ACTOR_BYTES, 1)
+        raise ConfigError(f"bad config value runtime.actor_cpus = {rt.actor_cpus:g}: a local Ray would start {actors} "
+                          f"actors, Python processes with torch of about {ACTOR_BYTES >> 20} MB each "
+                          f"({actors * ACTOR_BYTES / 2**30:.1f} GB), and this machine has {memory / 2**30:.1f} GB; "
+                          f"raise runtime.actor_cpus or set runtime.clients_per_actor so that at most {most} start")

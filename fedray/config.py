@@ -10,7 +10,14 @@ Inputs are bounded before anything costly is done with them: a config file holds
 ``MAX_CONFIG_BYTES`` and is refused unread above it; a file or an override value expands to at most
 ``MAX_VALUES`` values, YAML aliases counted as the trees they repeat, counted while PyYAML composes
 the document (a "billion laughs" file stops at the first anchor past the bound); ``name`` is at most
-``MAX_NAME_CHARS`` characters, and every path setting fits the file system's limits on names.
+``MAX_NAME_CHARS`` characters, and every path setting fits the file system's limits on names and
+holds no character a path cannot hold (NUL). A mapping that gives one key twice is refused, naming
+the key and its lines, not read with the last value winning.
+
+Values are checked before the schema is (:func:`check_values`, for the config as for each method's
+``Params``): a boolean is no number (pydantic would take ``true`` as 1), every integer setting has
+an upper bound that a real run could use (:class:`Cap`: its own, else ``MAX_INT``), and every float
+setting is one that float32, which torch computes in, can hold.
 
 This module is the schema only: it imports no registry. The algorithm section is open here;
 ``fedray.method.resolve`` turns ``algorithm.name`` into a method and validates the remaining keys
@@ -22,13 +29,20 @@ from __future__ import annotations
 
 import copy
 import importlib.util
+import math
 import os
 import reprlib
+import struct
+import types
+from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated, Any, Literal, Optional, Union
+from typing import Annotated, Any, Literal, Optional, Union, get_args, get_origin
 
+import annotated_types
 import yaml
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic.fields import FieldInfo
 
 
 # the shipped configs hold at most 1.8 kB and 85 values. A config file or override value of up to
@@ -42,6 +56,37 @@ NAME_SUFFIX = 24  # what the run folder's name adds to NAME: -YYYYmmdd-HHMMSS, a
 MAX_PATH_BYTES = 1024  # a path setting; under Linux's 4096 with room for the run folder and its files
 SHOWN_CHARS = 80  # a value quoted in an error message is cut to this many characters
 MAX_MESSAGE_CHARS = 2000  # and a whole message (names of models, data sets, paths) to this many
+
+# Upper bounds of the integer settings: far above any run a machine or a cluster can make, far below
+# the values that make fedray allocate or loop without end (2**62 fold groups, a 10**12-wide layer).
+# An integer setting without a bound of its own has MAX_INT: a billion of anything a run counts
+# (clients, samples, restarts, a method's counts) is more than a cluster holds or finishes, while
+# the largest simulations have about 10**6 clients; check_partition bounds clients by samples besides.
+MAX_INT = 10**9
+# rounds, and settings counted in rounds: a million rounds is 11.6 days at one second a round, and
+# federated runs stop at 10**2 to 10**5 rounds
+MAX_ROUNDS = 10**6
+# passes over a client's data in a round, or over the auxiliary data in pre-training: runs use 1 to a
+# few hundred
+MAX_EPOCHS = 100_000
+# local steps in a round: ten million is days of compute on any device, for one client of one round
+MAX_STEPS = 10**7
+# samples in a batch: 2**24 float32 Fashion-MNIST images are 53 GB, more than the memory of a GPU
+# and more than any data set fedray holds (a larger batch takes the whole set)
+MAX_BATCH = 2**24
+# the width of a layer a setting sizes (a projection, a generator's noise and hidden layers): a
+# 2**16 x 2**16 float32 layer is 17 GB; models use 10**1 to 10**4
+MAX_DIM = 2**16
+# processes and threads: Linux's NR_CPUS in the kernels of Debian, Ubuntu and RHEL; no machine shows
+# one process more CPUs
+MAX_CPUS = 8192
+# fold groups: the server walks every group each round (a million is 0.1 s a round and one group
+# for each of a million clients); Config also keeps them to about the number of clients
+MAX_FOLD_GROUPS = 2**20
+DEFAULT_FOLD_GROUPS = 64
+RAY_RESOURCE_STEP = 1e-4  # Ray refuses a nonzero CPU or GPU request below this (MIN_RESOURCE_GRANULARITY)
+FLOAT32_MAX = 3.4028234663852886e38  # the largest float32; torch computes in float32
+FLOAT32_TINY = 1.401298464324817e-45  # the smallest positive float32 (subnormal); below it a value becomes 0
 
 
 class ConfigError(ValueError):
@@ -70,19 +115,61 @@ class _Section(BaseModel):
     model_config = ConfigDict(extra="forbid", validate_assignment=True, allow_inf_nan=False)
 
 
+@dataclass(frozen=True)
+class Cap:
+    """The largest value of an integer setting and why (a clause of the one-line error, naming the
+    bound): :func:`check_values` reads it, before pydantic validates. A setting's type carries it
+    (:func:`capped`); an integer setting without one is capped at ``MAX_INT``."""
+
+    most: int
+    why: str
+
+
+def capped(most: int, why: str) -> Any:
+    """``int`` at most ``most``, ``why`` saying why: in the JSON schema and pydantic's check
+    (``le``) and in :func:`check_values`'s message, so a method's ``Params`` bounds its own counts alike."""
+    return Annotated[int, Field(le=most), Cap(most, why)]
+
+
+GENERIC_CAP = Cap(MAX_INT, f"at most {MAX_INT:,} (a billion: more than any run holds or finishes)")
+Rounds = capped(MAX_ROUNDS, f"at most {MAX_ROUNDS:,} rounds (11.6 days at one second a round)")
+Epochs = capped(MAX_EPOCHS, f"at most {MAX_EPOCHS:,} epochs")
+Steps = capped(MAX_STEPS, f"at most {MAX_STEPS:,} steps")
+BatchSize = capped(MAX_BATCH, f"at most 2**24 = {MAX_BATCH:,} samples (53 GB of 28x28 float32 images)")
+Dim = capped(MAX_DIM, f"at most 2**16 = {MAX_DIM:,} (a {MAX_DIM:,}-wide float32 layer is 17 GB)")
+Cpus = capped(MAX_CPUS, f"at most {MAX_CPUS:,} (the most CPUs a Linux kernel shows a process)")
+FoldGroups = capped(MAX_FOLD_GROUPS, f"at most 2**20 = {MAX_FOLD_GROUPS:,} (the server walks every group each round)")
+
+
 def _seed(value: int) -> int:
     if not 0 <= value < 2**64:
-        raise ValueError("a seed is an integer from 0 to 2**64 - 1 (numpy's generators refuse negative ones, "
-                         "torch.manual_seed larger ones)")
+        raise ValueError(SEED_RANGE)
     return value
 
 
-Seed = Annotated[int, AfterValidator(_seed)]
+SEED_RANGE = ("a seed is an integer from 0 to 2**64 - 1 (numpy's generators refuse negative ones, torch.manual_seed "
+              "larger ones)")
+Seed = Annotated[int, AfterValidator(_seed), Cap(2**64 - 1, SEED_RANGE)]
+
+
+def _path_chars(value: str) -> str:
+    """A name or path holds no character a path cannot hold: NUL ends a C string (every file call
+    refuses it), and a lone surrogate has no bytes in the file system's encoding."""
+    if "\0" in value:
+        raise ValueError("a path cannot hold the character NUL (\\x00); remove it")
+    try:
+        os.fsencode(value)
+    except UnicodeEncodeError as err:
+        raise ValueError(f"a path cannot hold the character {value[err.start]!r}, which has no bytes in the file "
+                         f"system's encoding ({err.encoding}); remove it") from None
+    return value
 
 
 def _path_setting(value: str) -> str:
-    """A folder fedray writes in must have a path the file system takes: at most ``MAX_PATH_BYTES``
-    bytes, each folder name at most ``NAME_MAX`` (longer fail every file operation: "File name too long")."""
+    """A folder fedray reads or writes in must have a path the file system takes: no NUL, at most
+    ``MAX_PATH_BYTES`` bytes, each folder name at most ``NAME_MAX`` (longer fail every file
+    operation: "File name too long")."""
+    _path_chars(value)
     if _bytes(value) > MAX_PATH_BYTES:
         raise ValueError(f"a path of {_bytes(value)} bytes; fedray takes paths of at most {MAX_PATH_BYTES} bytes")
     longest = max(value.replace(os.altsep or os.sep, os.sep).split(os.sep), key=_bytes)
@@ -108,7 +195,7 @@ class DataConfig(_Section):
     """
 
     dataset: str = "fashion_mnist"
-    root: Optional[str] = None
+    root: Optional[PathSetting] = None
     options: dict[str, Any] = Field(default_factory=dict)
     partition: Literal["iid", "dirichlet", "shards", "natural"] = "iid"
     alpha: float = Field(1.0, gt=0)
@@ -148,7 +235,7 @@ class AuxConfig(_Section):
 
     dataset: Optional[str] = None
     size: int = Field(0, ge=0)
-    root: Optional[str] = None
+    root: Optional[PathSetting] = None
     options: dict[str, Any] = Field(default_factory=dict)
     seed: Seed = 0
     negatives: float = Field(0.0, ge=0, lt=1)
@@ -167,12 +254,12 @@ class PretrainConfig(_Section):
     pre-trains each architecture once per seed.
     """
 
-    epochs: int = Field(0, ge=0)
-    batch_size: int = Field(256, ge=2)
+    epochs: Epochs = Field(0, ge=0)
+    batch_size: BatchSize = Field(256, ge=2)
     lr: float = Field(1e-3, gt=0)
     weight_decay: float = Field(1e-6, ge=0)
     temperature: float = Field(0.5, gt=0)
-    projection_dim: int = Field(128, ge=1)
+    projection_dim: Dim = Field(128, ge=1)
     min_crop: float = Field(0.2, gt=0, le=1)  # smallest area fraction of a random resized crop
     flip: bool = True  # random horizontal flips (turn off for data where left and right differ)
     jitter: float = Field(0.4, ge=0)  # colour jitter strength on colour images; grey images get none
@@ -198,9 +285,9 @@ class TrainingConfig(_Section):
     lr: float = Field(0.05, gt=0)
     momentum: float = Field(0.0, ge=0, lt=1)
     weight_decay: float = Field(0.0, ge=0)
-    batch_size: int = Field(32, ge=1)
-    epochs: int = Field(1, ge=1)
-    steps: Optional[int] = Field(None, ge=1)
+    batch_size: BatchSize = Field(32, ge=1)
+    epochs: Epochs = Field(1, ge=1)
+    steps: Optional[Steps] = Field(None, ge=1)
 
 
 class FederationConfig(_Section):
@@ -212,11 +299,11 @@ class FederationConfig(_Section):
 
     num_clients: int = Field(100, ge=1)
     clients_per_round: int = Field(10, ge=1)
-    rounds: int = Field(20, ge=1)
+    rounds: Rounds = Field(20, ge=1)
     architectures: dict[str, int] = Field(default_factory=lambda: {"cnn": 100})
     model_options: dict[str, dict[str, Any]] = Field(default_factory=dict)
-    eval_every: int = Field(1, ge=1)
-    eval_batch_size: int = Field(256, ge=1)
+    eval_every: Rounds = Field(1, ge=1)
+    eval_batch_size: BatchSize = Field(256, ge=1)
 
     @field_validator("architectures")
     @classmethod
@@ -256,8 +343,10 @@ class RuntimeConfig(_Section):
     address: Optional[str] = Field(
         None, description="None: start a local Ray of the run's own; 'auto', host:port or ray://...: join that "
                           "cluster (RAY_ADDRESS is honoured too)")
-    num_cpus: Optional[int] = Field(None, ge=1, description="CPUs of a local Ray (default: the machine's)")
-    num_gpus: Optional[float] = Field(None, ge=0, description="GPUs of a local Ray (default: the machine's)")
+    num_cpus: Optional[Cpus] = Field(None, ge=1, description="CPUs of a local Ray (default: the machine's; at "
+                                                            "most the machine's)")
+    num_gpus: Optional[float] = Field(None, ge=0, description="GPUs of a local Ray (default: the machine's; at "
+                                                              "most the machine's)")
     clients_per_actor: Union[Literal["auto"], int] = Field(
         "auto", description="1: one actor per client; auto: one actor per actor_cpus CPUs (and actor_gpus share)")
     actor_cpus: float = Field(1.0, gt=0, description="CPUs of each client actor")
@@ -266,7 +355,7 @@ class RuntimeConfig(_Section):
                          "actor then hosts one architecture); it places the actor and caps its CUDA memory")
     server_cpus: float = Field(0.0, ge=0, description="CPUs of the server actor")
     server_gpus: float = Field(0.0, ge=0, le=1, description="GPU share of the server actor, placed and capped alike")
-    torch_threads: Optional[int] = Field(None, ge=1, description="torch threads per process (default: its CPUs)")
+    torch_threads: Optional[Cpus] = Field(None, ge=1, description="torch threads per process (default: its CPUs)")
     device: Literal["auto", "cpu", "cuda"] = Field("auto", description="auto: CUDA where the process has a GPU share")
     dashboard: bool = Field(False, description="start Ray's dashboard with a local Ray (about 150 MB more)")
     actor_output: bool = Field(
@@ -298,12 +387,13 @@ class RuntimeConfig(_Section):
     fold: bool = Field(
         True, description="hosts sum their clients' contributions for methods whose server step needs only sums "
                           "(fedray.fold); false: every client's update travels to the server, as before")
-    fold_groups: int = Field(
-        64, ge=1, description="for methods whose server step needs only sums of the clients' updates: the clients' "
-                              "ids cut into this many blocks (a power of two), each block's clients of a round "
-                              "summed in id order and the blocks' sums added pairwise in a fixed tree, so results "
-                              "do not depend on which actor ran which client (fedray.fold); at least 8 times the "
-                              "client actors, so that the last blocks of a round are small")
+    fold_groups: FoldGroups = Field(
+        DEFAULT_FOLD_GROUPS, ge=1,
+        description="for methods whose server step needs only sums of the clients' updates: the clients' ids cut "
+                    "into this many blocks (a power of two), each block's clients of a round summed in id order and "
+                    "the blocks' sums added pairwise in a fixed tree, so results do not depend on which actor ran "
+                    "which client (fedray.fold); at least 8 times the client actors, so that the last blocks of a "
+                    "round are small; at most the clients rounded up to a power of two, or 64")
 
     @field_validator("fold_groups")
     @classmethod
@@ -317,6 +407,15 @@ class RuntimeConfig(_Section):
     def _positive(cls, value: Union[str, int]) -> Union[str, int]:
         if value != "auto" and value < 1:
             raise ValueError(f"must be 'auto' or an integer >= 1, got {value}")
+        return value
+
+    @field_validator("actor_cpus", "actor_gpus", "server_cpus", "server_gpus")
+    @classmethod
+    def _ray_step(cls, value: Union[float, dict[str, float]]) -> Union[float, dict[str, float]]:
+        shares = value.values() if isinstance(value, dict) else [value]
+        if any(0 < s < RAY_RESOURCE_STEP for s in shares):
+            raise ValueError(f"Ray counts CPUs and GPUs in steps of {RAY_RESOURCE_STEP:g} and refuses a smaller "
+                             f"request; give 0 or at least {RAY_RESOURCE_STEP:g}")
         return value
 
     @field_validator("actor_gpus")
@@ -375,7 +474,7 @@ class Config(_Section):
                           "it to hold the initial model while seed varies the sampling and batch order, or the other "
                           "way round")
     output_dir: PathSetting = "runs"
-    checkpoint_every: int = Field(5, ge=1)
+    checkpoint_every: Rounds = Field(5, ge=1)
     data: DataConfig = Field(default_factory=DataConfig)
     federation: FederationConfig = Field(default_factory=FederationConfig)
     training: TrainingConfig = Field(default_factory=TrainingConfig)
@@ -395,6 +494,7 @@ class Config(_Section):
     @field_validator("name")
     @classmethod
     def _folder_name(cls, value: str) -> str:
+        _path_chars(value)
         if not value.strip() or any(sep and sep in value for sep in ("/", os.sep, os.altsep)):
             raise ValueError("the run folder is named NAME-TIMESTAMP: give a non-empty name without '/', "
                              "e.g. name: fmnist-fedavg")
@@ -410,6 +510,21 @@ class Config(_Section):
         if self.data.groups > self.federation.num_clients:
             raise ValueError(f"data.groups = {self.data.groups} exceeds federation.num_clients = "
                              f"{self.federation.num_clients}")
+        return self
+
+    @model_validator(mode="after")
+    def _actors_and_groups_fit_the_clients(self) -> "Config":
+        clients, rt = self.federation.num_clients, self.runtime
+        if rt.clients_per_actor != "auto" and rt.clients_per_actor > clients:
+            raise ValueError(f"runtime.clients_per_actor = {rt.clients_per_actor} exceeds federation.num_clients = "
+                             f"{clients}: one actor then hosts every client; give at most {clients}")
+        # a fold group is a block of client ids: past the clients, groups stay empty, and the server walks
+        # every group every round
+        most = max(DEFAULT_FOLD_GROUPS, 1 << (clients - 1).bit_length())
+        if rt.fold_groups > most:
+            raise ValueError(f"runtime.fold_groups = {rt.fold_groups} cuts {clients} clients into more groups than "
+                             f"clients; give at most {most} (num_clients rounded up to a power of two, or "
+                             f"{DEFAULT_FOLD_GROUPS})")
         return self
 
     @model_validator(mode="after")
@@ -461,6 +576,120 @@ def format_error(err: ValidationError, prefix: str = "") -> str:
     return f"bad config value {key}{quoted}: {message}"
 
 
+def check_values(model: type[BaseModel], tree: Any, prefix: str = "") -> None:
+    """Raise ConfigError (one line naming the key) for what pydantic would take and the run could not
+    use, before pydantic validates ``tree`` against ``model`` (the config, a method's ``Params``):
+
+    - a boolean given for a number: pydantic's lax mode reads ``true`` as 1 and ``false`` as 0;
+    - an integer above its :class:`Cap` (the setting type's own, else ``MAX_INT``);
+    - a float (or an integer given for one) that float32 cannot hold: infinite, NaN, above
+      ``FLOAT32_MAX`` (torch fails mid-run: "cannot be converted to type float without overflow"), or
+      nonzero and below ``FLOAT32_TINY`` (it would become 0).
+
+    Nested models, mappings and lists are walked; open values (``Any``: a data set's or a model's
+    options) are their consumer's to check. Keys that are not fields are left to pydantic."""
+    if not isinstance(tree, Mapping):
+        return
+    for name, field in model.model_fields.items():
+        key = field.alias or name
+        if key in tree:
+            annotation = Annotated[(field.annotation, *field.metadata)] if field.metadata else field.annotation
+            _check_value(annotation, tree[key], prefix + key)
+
+
+def _members(annotation: Any, cap: Optional[Cap] = None, limited: bool = False):
+    """(type, its Cap, whether it has a bound of its own) for each alternative of ``annotation``,
+    through ``Annotated``, ``Optional`` and ``Union``."""
+    origin = get_origin(annotation)
+    if origin is Annotated:
+        inner, *metadata = get_args(annotation)
+        items = [m for item in metadata for m in ([item, *item.metadata] if isinstance(item, FieldInfo) else [item])]
+        cap = next((m for m in items if isinstance(m, Cap)), cap)
+        limited = limited or any(isinstance(m, (annotated_types.Le, annotated_types.Lt)) for m in items)
+        yield from _members(inner, cap, limited)
+    elif origin is Union or origin is types.UnionType:
+        for arg in get_args(annotation):
+            yield from _members(arg, cap, limited)
+    else:
+        yield annotation, cap, limited
+
+
+def _takes_bool(annotation: Any) -> bool:
+    return annotation is bool or (get_origin(annotation) is Literal and any(isinstance(a, bool)
+                                                                            for a in get_args(annotation)))
+
+
+def _check_value(annotation: Any, value: Any, key: str) -> None:
+    members = list(_members(annotation))
+    kinds = [m for m, _, _ in members]
+    if any(m is Any or m is object for m in kinds):
+        return
+    key = key if len(key) <= SHOWN_CHARS else key[:SHOWN_CHARS - 3] + "..."
+    numbers = [m for m in kinds if m is int or m is float]
+    if isinstance(value, bool):
+        if numbers and not any(_takes_bool(m) for m in kinds):
+            kind = "a number" if float in numbers else "an integer"
+            raise ConfigError(f"bad config value {key} = {shown(value)}: a boolean is not {kind}; give {kind} (YAML "
+                              f"reads true, false, yes, no, on and off as booleans)")
+        return
+    if isinstance(value, str) and numbers and not any(m is str or (get_origin(m) is Literal and value in get_args(m))
+                                                      for m in kinds):
+        number = _number(value)  # pydantic's lax mode reads "1e39" (a string to YAML: no dot) as a number
+        if number is not None:
+            _check_value(annotation, number, key)
+        return
+    if isinstance(value, (int, float)):
+        ints = [(cap, limited) for m, cap, limited in members if m is int]
+        if ints and (isinstance(value, int) or float not in numbers):
+            cap, limited = ints[0]
+            cap = cap or (None if limited else GENERIC_CAP)
+            if cap is not None and (isinstance(value, int) or math.isfinite(value)) and value > cap.most:
+                raise ConfigError(f"bad config value {key} = {shown(value)}: {cap.why}")
+        elif float in numbers and not (isinstance(value, int) or math.isfinite(value)):
+            raise ConfigError(f"bad config value {key} = {shown(value)}: a float setting must be a finite number (an "
+                              f"infinite one trains into NaN, and a saved config would write it as null)")
+        elif float in numbers and not _float32(value):
+            raise ConfigError(f"bad config value {key} = {shown(value)}: a float setting must fit a 32-bit float, "
+                              f"which torch computes in: 0, or a finite magnitude from {FLOAT32_TINY:.1e} to "
+                              f"{FLOAT32_MAX:.1e}")
+        return
+    if isinstance(value, Mapping):
+        for m in kinds:
+            if isinstance(m, type) and issubclass(m, BaseModel):
+                check_values(m, value, key + ".")
+                return
+            if get_origin(m) in (dict, Mapping) and len(get_args(m)) == 2:
+                for name, item in value.items():
+                    _check_value(get_args(m)[1], item, f"{key}.{name}")
+                return
+        return
+    if isinstance(value, list):
+        for m in kinds:
+            if get_origin(m) in (list, set, frozenset) and get_args(m):
+                for i, item in enumerate(value):
+                    _check_value(get_args(m)[0], item, f"{key}[{i}]")
+                return
+
+
+def _number(text: str) -> Union[int, float, None]:
+    """The number a string reads as (pydantic's lax mode takes "5" and "1e39" for numbers), or None."""
+    for kind in (int, float):
+        try:
+            return kind(text.strip())
+        except (ValueError, OverflowError):
+            continue
+    return None
+
+
+def _float32(value: float) -> bool:
+    """Whether float32 holds ``value``: finite, within its range, and not a nonzero value it rounds to 0."""
+    try:
+        as32 = struct.unpack("<f", struct.pack("<f", float(value)))[0]
+    except OverflowError:  # above float32's range, or an int beyond a float's
+        return False
+    return math.isfinite(as32) and (as32 != 0 or value == 0)
+
+
 class _BoundedLoader(yaml.SafeLoader):
     """PyYAML's SafeLoader that counts the values of the document as it composes it, an alias as
     all the values of the tree it repeats, and stops past ``MAX_VALUES``. PyYAML shares an aliased
@@ -493,6 +722,30 @@ class _BoundedLoader(yaml.SafeLoader):
         if self.values > MAX_VALUES:
             raise ConfigError(f"{self.what} expands to more than {MAX_VALUES} values (a YAML alias, *name, counts "
                               f"as the whole tree it repeats); a config has at most {MAX_VALUES}")
+
+    def construct_mapping(self, node, deep=False):
+        """PyYAML's mapping, refused when it gives one key twice (PyYAML keeps the last silently). A
+        key a merge (``<<: *base``) brings in may be given again: that is what a merge is for."""
+        seen: dict[Any, Any] = {}
+        for key_node, _ in node.value:
+            if key_node.tag == "tag:yaml.org,2002:merge":
+                continue
+            key = self.construct_object(key_node, deep=True)
+            try:
+                first = seen.setdefault(key, key_node)
+            except TypeError:  # an unhashable key: PyYAML's own error follows
+                continue
+            if first is not key_node:
+                raise ConfigError(f"{self.what}: the key {shown(key)} is given twice in one mapping "
+                                  f"({_where(first.start_mark, key_node.start_mark)}); give it once")
+        return super().construct_mapping(node, deep)
+
+
+def _where(first, second) -> str:
+    """Two places in a YAML text: their lines, and their columns when on one line."""
+    if first.line == second.line:
+        return f"line {first.line + 1}, columns {first.column + 1} and {second.column + 1}"
+    return f"lines {first.line + 1} and {second.line + 1}"
 
 
 def _read_yaml(text: str | bytes, what: str) -> Any:
@@ -543,6 +796,7 @@ def apply_overrides(tree: dict[str, Any], overrides: list[str]) -> dict[str, Any
 
 def build_config(tree: dict[str, Any]) -> Config:
     """Validate a config tree (a dict as read from YAML) against the schema; raise ConfigError with one line."""
+    check_values(Config, tree)
     try:
         return Config.model_validate(tree)
     except ValidationError as err:

@@ -18,7 +18,7 @@ from pydantic import ValidationError
 from fedray.algorithms import ALGORITHMS
 from fedray.algorithms.base import ClientAlgorithm, Params, ServerContext, Strategy
 from fedray.algorithms.head_sharing import HeadSharingParams
-from fedray.config import Config, ConfigError, RuntimeConfig, format_error
+from fedray.config import Config, ConfigError, RuntimeConfig, check_values, format_error
 from fedray.data import dataset_names
 from fedray.models import model_names
 from fedray.models.registry import model_options
@@ -71,7 +71,9 @@ class Method:
 def resolve(config: Config) -> Method:
     """The config's method with its parameters; raises ConfigError (one line) for an unknown method,
     bad method parameters, a config the method cannot run with (``Strategy.config_problem``, e.g. no
-    auxiliary data for distillation), or unknown data sets/models."""
+    auxiliary data for distillation), or unknown data sets/models. The parameters are checked as the
+    config is (``fedray.config.check_values``): no boolean for a number, integers within their caps
+    (a ``Params`` field's own ``fedray.config.capped`` type, else ``MAX_INT``), floats that float32 holds."""
     name = config.algorithm.name
     if is_import_path(name):
         strategy = load_strategy(name)
@@ -84,6 +86,7 @@ def resolve(config: Config) -> Method:
     if "share" in values and not issubclass(strategy.Params, HeadSharingParams):  # a method takes share: head by its Params
         sharing = sorted(n for n, s in ALGORITHMS.items() if issubclass(s.Params, HeadSharingParams))
         raise ConfigError(f"bad config value algorithm.share: {name} needs whole models; share: head is for {', '.join(sharing)}")
+    check_values(strategy.Params, values, "algorithm.")  # booleans as numbers, integer caps, float32 range
     try:
         params = strategy.Params(**values)
     except ValidationError as err:

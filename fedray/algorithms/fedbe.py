@@ -29,15 +29,23 @@ from pydantic import Field
 
 from fedray.algorithms.base import VirtualClient
 from fedray.algorithms.feddf import FedDF, FedDFClient, FusionParams
+from fedray.config import capped
 from fedray.distill.ensemble import EnsembleMode
 from fedray.fold import Sum, Sums, Terms
 from fedray.messages import ClientUpdate
 from fedray.weights import Weights
 
 
+# each sampled model is a whole model the server holds and runs on the distillation set at every step:
+# a thousand are GBs of VGG11* copies; the paper draws 10
+MAX_SAMPLED_MODELS = 1000
+SampledModels = capped(MAX_SAMPLED_MODELS, f"at most {MAX_SAMPLED_MODELS:,} sampled models (each a whole model in the "
+                                           f"server's ensemble; the paper draws 10)")
+
+
 class FedBEParams(FusionParams):  # no ``share``: the samples are of whole models
     ensemble: EnsembleMode = "mean_probs"
-    samples: int = Field(10, ge=0)
+    samples: SampledModels = Field(10, ge=0)
     include_mean: bool = True
 
 

@@ -42,7 +42,7 @@ from pydantic import Field
 from fedray.algorithms.base import ServerContext, Trained, VirtualClient, task_seed
 from fedray.algorithms.fedavg import FedAvg, FedAvgParams
 from fedray.algorithms.head_sharing import HEAD_PREFIX, HeadSharingClient, shared
-from fedray.config import ConfigError
+from fedray.config import BatchSize, ConfigError, Dim
 from fedray.distill.generator import Generator, draw_labels, draw_noise, train_generator
 from fedray.fold import Sums, Terms
 from fedray.messages import ClientTask, ClientUpdate, RoundPlan
@@ -61,11 +61,11 @@ class FedGenParams(FedAvgParams):
     noise: Literal["gaussian", "uniform"] = "gaussian"
     labels: Literal["prior", "available"] = "prior"
     teacher: Literal["mean_logits", "counts"] = "mean_logits"
-    noise_dim: int = Field(32, ge=1)  # d_eps
-    hidden_dim: int = Field(256, ge=1)  # d_h
+    noise_dim: Dim = Field(32, ge=1)  # d_eps
+    hidden_dim: Dim = Field(256, ge=1)  # d_h
     diversity: float = Field(1.0, ge=0)  # eta, the diversity loss's weight
     gen_steps: int = Field(50, ge=0)
-    gen_batch_size: int = Field(32, ge=2)
+    gen_batch_size: BatchSize = Field(32, ge=2)
     gen_lr: float = Field(3e-4, gt=0)
     gen_weight_decay: float = Field(1e-2, ge=0)
     gen_lr_decay: float = Field(0.98, gt=0, le=1)

@@ -10,7 +10,9 @@ split among the clients:
 - a :class:`DatasetBundle`.
 
 Inputs become float32 as they are (normalising is the loader's), labels int64 in
-``0 .. num_classes - 1`` (``num_classes``: the largest label plus one unless given). A torch
+``0 .. num_classes - 1`` (``num_classes``: the largest label plus one unless given). Whatever the
+loader returns, a bundle too, is checked before a run starts: as many labels as inputs, every label
+in range (``-1``, unlabelled, only in a bundle's ``train_y``). A torch
 ``Dataset`` class, such as torchvision's ``CIFAR10``, is read through ``fedray.data.torchvision_sets``
 (the ``fedray[vision]`` extra). The driver's check of the split loads the set once to count its
 samples (:func:`custom_size`), so a loader should be quick to call twice.
@@ -70,7 +72,26 @@ def load_custom(spec: str, loader: Callable[..., Any], root: str, **options: Any
         except Exception as err:  # noqa: BLE001 - whatever the user's loader raises: one line
             raise ValueError(f"data set {spec}: the loader failed: {type(err).__name__}: {first_line(err)}") from None
         bundle = to_bundle(spec, out)
+    check_bundle(spec, bundle)
     return bundle
+
+
+def check_bundle(spec: str, bundle: DatasetBundle) -> None:
+    """A set's arrays agree: as many labels as inputs in each part, every label in ``0 .. num_classes
+    - 1`` (or ``-1``, an unlabelled training sample: ``DatasetBundle``'s mark), so that a bad label is
+    found before a run starts, not by the loss of a client mid-run. ValueError (one line) otherwise."""
+    k = bundle.num_classes
+    for part, x, y, low in (("train", bundle.train_x, bundle.train_y, -1), ("test", bundle.test_x, bundle.test_y, 0)):
+        if len(x) != len(y):
+            raise ValueError(f"data set {spec}: {part}_x has {len(x)} samples but {part}_y has {len(y)} labels; "
+                             f"give one label per sample")
+        if not y.size:
+            continue
+        bad = y[(y < low) | (y >= k)]
+        if bad.size:
+            unlabelled = " (or -1, unlabelled)" if low < 0 else ""
+            raise ValueError(f"data set {spec}: {part}_y holds the label {int(bad[0])}, outside 0 .. {k - 1}"
+                             f"{unlabelled} for num_classes = {k}")
 
 
 def custom_size(spec: str, loader: Callable[..., Any], root: str, **options: Any) -> int:
@@ -107,6 +128,10 @@ def to_bundle(spec: str, out: Any) -> DatasetBundle:
                              f"got shape {y.shape} of {y.dtype}")
         if y.size and y.min() < 0:
             raise ValueError(f"data set {spec}: {part} holds the label {int(y.min())}; labels are 0 .. num_classes - 1")
+    for part, x, y in (("train", train_x, train_y), ("test", test_x, test_y)):
+        if (len(x) if x.ndim else 0) != len(y):
+            raise ValueError(f"data set {spec}: {part}_x has {len(x) if x.ndim else 0} samples but {part}_y has "
+                             f"{len(y)} labels; give one label per sample")
     if not len(train_y) or train_x.ndim < 2:
         raise ValueError(f"data set {spec}: train_x must hold at least one sample as (N, *input_shape), "
                          f"got shape {train_x.shape}")

@@ -6,7 +6,7 @@ scikit-learn; ``synthetic`` (FedProx's Synthetic(alpha, beta)) is generated and 
 natural client split.
 
 Example:
-    >>> check_dataset("fashion_mnist")          # cheap: only looks for the files
+    >>> check_dataset("fashion_mnist")          # reads the files through once: 0.3 s
     >>> train_size("fashion_mnist")             # 60000, from a file header
     >>> bundle = load_dataset("fashion_mnist")  # 60000 x 1 x 28 x 28 float32, ...
     >>> bundle = load_dataset("synthetic", alpha=0.5, beta=0.5, num_clients=30)
@@ -53,7 +53,7 @@ class DatasetSource:
 
     Attributes:
         load: ``load(root, **options) -> DatasetBundle``.
-        check: ``check(root, **options)``: cheap existence and option check, no loading.
+        check: ``check(root, **options)``: options, files and their contents checked, nothing kept.
         description: One line for listings.
         size: ``size(root, **options)``: the number of training samples ``load`` returns, found
             cheaply (a file header, a known count), after ``check``; gets every option, defaults
@@ -162,7 +162,11 @@ def _resolve(name: str, options: Mapping[str, Any]) -> DatasetSource:
 
 
 def check_dataset(name: str, root: str | None = None, **options: Any) -> None:
-    """Checks cheaply, without loading, that a data set can be loaded.
+    """Checks, without keeping anything, that a data set can be loaded: its options, its files there,
+    and for the MNIST family's idx files and STL-10 their contents whole and consistent (counts that
+    agree, labels within the classes; the idx files are read through once per process and file
+    version, 0.3 s for Fashion-MNIST). A set of the user's is checked when its size is counted
+    (``train_size`` loads it).
 
     Args:
         name: A registered name (see :func:`dataset_names`).
@@ -172,6 +176,8 @@ def check_dataset(name: str, root: str | None = None, **options: Any) -> None:
     Raises:
         ValueError: Unknown name, unknown option or invalid option value (one line naming the valid ones).
         DatasetNotFoundError: Files are missing (one line saying what to put where).
+        DatasetFormatError: A file is truncated, corrupt or inconsistent, or holds a label outside the
+            classes (one line naming the file).
     """
     _resolve(name, options).check(root or default_data_root(), **options)
 

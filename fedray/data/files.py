@@ -1,11 +1,15 @@
-"""Finding a data set's files under the data root, and reading idx files (the MNIST family format).
+"""Finding a data set's files under the data root, and reading and checking idx files (the MNIST
+family format).
 
 Every failure becomes a one-line error that says what was looked for where and what to put where.
+:func:`check_idx_pair` checks a pair of idx files through (truncated, corrupt, counts that disagree,
+labels out of range) without keeping them, once per process and file version.
 """
 
 from __future__ import annotations
 
 import gzip
+import math
 import os
 import zlib
 from dataclasses import dataclass
@@ -86,6 +90,76 @@ def _read_bytes(path: str, hint: str) -> bytes:
             return stream.read()
     except (OSError, EOFError, zlib.error) as err:
         raise DatasetFormatError(f"{path} is corrupt or truncated ({err}){hint}") from None
+
+
+_checked: set[tuple] = set()  # the pairs check_idx_pair passed: (file versions, count, classes)
+_CHUNK = 1 << 20
+
+
+def _version(path: str) -> tuple:
+    """What tells one version of a file from another: its path, size and modification time."""
+    st = os.stat(path)
+    return os.path.realpath(path), st.st_size, st.st_mtime_ns
+
+
+def _idx_header(path: str, ndim: int, hint: str) -> tuple[int, ...]:
+    """The dimensions in a uint8 idx file's header, after checking its magic number."""
+    try:
+        with (gzip.open if path.endswith(".gz") else open)(path, "rb") as stream:
+            head = stream.read(4 + 4 * ndim)
+    except (OSError, EOFError, zlib.error) as err:
+        raise DatasetFormatError(f"{path} is corrupt or truncated ({err}){hint}") from None
+    if len(head) < 4 + 4 * ndim or head[:3] != b"\x00\x00\x08" or head[3] != ndim:
+        raise DatasetFormatError(f"{path} is not a uint8 idx file with {ndim} dimensions (magic number "
+                                 f"{head[:4].hex() or 'missing'}, expected 000008{ndim:02x}){hint}")
+    return tuple(int.from_bytes(head[4 + 4 * i:8 + 4 * i], "big") for i in range(ndim))
+
+
+def _data_length(path: str, hint: str) -> int:
+    """The length of a file's content, a gzipped one decompressed through (its CRC checked), kept nowhere:
+    0.3 s for Fashion-MNIST's 55 MB on one core."""
+    if not path.endswith(".gz"):
+        return os.path.getsize(path)
+    buffer, total = bytearray(_CHUNK), 0
+    try:
+        with gzip.open(path, "rb") as stream:
+            while n := stream.readinto(buffer):
+                total += n
+    except (OSError, EOFError, zlib.error) as err:
+        raise DatasetFormatError(f"{path} is corrupt or truncated ({err}){hint}") from None
+    return total
+
+
+def check_idx_pair(images: str, labels: str, shape: tuple[int | None, ...], num_classes: int, hint: str = "") -> int:
+    """Checks an idx file of images and the idx file of their labels through, as loading them would
+    find them: the images' header of ``shape`` (None: any size), their data whole (no byte missing or
+    over, a gzipped file's CRC right), as many labels as images, each in ``0 .. num_classes - 1``.
+    Nothing is kept; a pair that passed is not read again in this process while its files are unchanged.
+
+    Returns:
+        The number of images.
+
+    Raises:
+        DatasetFormatError: one line naming the file, what is wrong and ``hint`` (what to do).
+    """
+    key = (_version(images), _version(labels), shape, num_classes)
+    dims = _idx_header(images, len(shape), hint)
+    if key in _checked:
+        return dims[0]
+    if any(want is not None and want != got for want, got in zip(shape, dims)):
+        raise DatasetFormatError(f"{images} holds an array of shape {dims}, expected {shape}{hint}")
+    expected, found = 4 + 4 * len(dims) + math.prod(dims), _data_length(images, hint)
+    if found != expected:
+        raise DatasetFormatError(f"{images} is truncated or corrupt: {found} bytes of data, expected {expected} for "
+                                 f"shape {dims}{hint}")
+    y = read_idx(labels, (None,), hint)
+    if len(y) != dims[0]:
+        raise DatasetFormatError(f"{labels} holds {len(y)} labels for the {dims[0]} images of {images}{hint}")
+    if y.size and int(y.max()) >= num_classes:
+        raise DatasetFormatError(f"{labels} holds the label {int(y.max())}, and the data set has {num_classes} "
+                                 f"classes, labels 0 .. {num_classes - 1}{hint}")
+    _checked.add(key)
+    return dims[0]
 
 
 def idx_length(path: str) -> int:
