@@ -13,8 +13,9 @@ import gc
 import inspect
 import os
 import re
+import signal
 import time
-from contextlib import ExitStack, contextmanager
+from contextlib import ExitStack, contextmanager, suppress
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Optional, Sequence
 from unittest import mock
@@ -40,6 +41,11 @@ class ServerActorDied(RuntimeError):
     """The ServerActor's process ended (crash, node loss, out of memory, killed)."""
 
 
+class RayletDied(RuntimeError):
+    """The raylet of the local Ray this process started ended (killed, out of memory), and with it
+    every actor of the run."""
+
+
 def connect(runtime: RuntimeConfig) -> bool:
     """Start a local Ray of the run's own, capped at the configured resources, or join the cluster
     of ``runtime.address``/``RAY_ADDRESS``; True when this call started Ray (the caller then shuts
@@ -51,6 +57,13 @@ def connect(runtime: RuntimeConfig) -> bool:
     ``ray.init``, so that every node can import the config's own code. A cluster that does not
     answer within seconds is a ConfigError (``actors.preflight.probe_ray``), not minutes of
     ``ray.init`` retrying, and so is an address where something else answers.
+
+    A local Ray listens on the loopback interface only (``loopback_head``), collects and serves no
+    metrics (``enable_metrics_collection``: else its dashboard agent serves them as Prometheus text
+    to anyone, without the token), and when the user has no token of Ray's, it gets one of the run's
+    in its environment (``own_token``) instead of Ray writing one to ``~/.ray/auth_token``. A
+    cluster is joined as Ray joins it, with the user's token (docs/security.md, what a local run
+    listens on).
     """
     if ray.is_initialized():
         return False
@@ -58,27 +71,38 @@ def connect(runtime: RuntimeConfig) -> bool:
     env = {"runtime_env": runtime.runtime_env} if runtime.runtime_env else {}  # the user's code on every node
     address, key = ray_address(runtime)
     if address:
+        drop_own_token()  # the cluster's token is the user's, never the one a local Ray of ours had
         probe_ray(address, key)
         try:
             ray.init(address=address, logging_level="ERROR", **env)
         except ConnectionError:  # something answered, but not Ray
             raise no_cluster(address, key) from None
         return False
-    with lean_head(not runtime.dashboard, log_monitor=runtime.actor_output):
-        # "local": a Ray of its own, where a plain ray.init() would join the last Ray started on
-        # this machine (Ray's ``ray_current_cluster`` file), someone else's, or a dead one's address
-        ray.init(address="local", num_cpus=runtime.num_cpus, num_gpus=runtime.num_gpus, include_dashboard=runtime.dashboard,
-                 logging_level="ERROR", **env)
+    own_token()
+    try:
+        with loopback_head(), lean_head(not runtime.dashboard, log_monitor=runtime.actor_output):
+            # "local": a Ray of its own, where a plain ray.init() would join the last Ray started on
+            # this machine (Ray's ``ray_current_cluster`` file), someone else's, or a dead one's address
+            ray.init(address="local", num_cpus=runtime.num_cpus, num_gpus=runtime.num_gpus,
+                     include_dashboard=runtime.dashboard, logging_level="ERROR", **env,
+                     _system_config={"enable_metrics_collection": False})
+    except BaseException:
+        drop_own_token()
+        raise
     return True
 
 
 WORKER_DIED = "A worker died or was killed while executing a task"
+RAYLET_DIED = "Raylet is terminated"  # the dashboard agent's report of its node's raylet, with its log's tail
 
 
 def quiet_worker_deaths() -> None:
-    """Keep Ray's driver from printing its 10-line "(raylet) A worker died or was killed ..." for a
-    client actor that dies: the run either survives it (restarted, and recorded in the text
-    ``runtime/faults``) or stops with one line naming it. Ray's other messages print as before."""
+    """Keep Ray's driver from printing on stdout its 10-line "(raylet) A worker died or was killed
+    ..." for a client actor that dies, and the 40-odd lines of "(raylet) Raylet is terminated ..."
+    (the tail of the raylet's log, in colour) for a raylet that dies: the run either survives it (a
+    restarted actor or a lost node, recorded in the text ``runtime/faults``) or stops with one line
+    naming it (``raylet_died`` for this machine's raylet; its log stays in the session's folder).
+    Ray's other messages print as before."""
     from ray._private import worker
 
     original = worker.print_to_stdstream
@@ -86,7 +110,8 @@ def quiet_worker_deaths() -> None:
         return
 
     def filtered(data, *args, **kwargs):
-        if data.get("pid") == "raylet" and any(str(line).startswith(WORKER_DIED) for line in data.get("lines", ())):
+        if data.get("pid") == "raylet" and any(str(line).startswith((WORKER_DIED, RAYLET_DIED))
+                                               for line in data.get("lines", ())):
             return None
         return original(data, *args, **kwargs)
 
@@ -105,9 +130,10 @@ def lean_head(lean: bool = True, log_monitor: bool = False):
       copied to the console): 98 MB;
     - no dashboard head process. Without the dashboard (``include_dashboard=False``) Ray still
       starts it, serving only usage statistics, and waits for it to come up: 1-1.5 s and 78 MB;
-    - the node's dashboard agent runs as in a minimal Ray install (``--minimal``: no HTTP server
-      and no metrics export, which only a dashboard reads), so ``ray.init`` does not import the
-      dashboard's dependencies to decide that: 0.25 s;
+    - the node's dashboard agent runs as in a minimal Ray install (``--minimal``: no HTTP or gRPC
+      server, which only a dashboard uses), so ``ray.init`` does not import the dashboard's
+      dependencies to decide that: 0.25 s (its metrics export, which it still starts, is turned off
+      by ``connect``);
     - ``ray.init`` waits for its raylet to register by asking the GCS every 20 ms, where Ray asks
       every second: 0.5-1.5 s;
     - its processes get ``MALLOC_ARENA_MAX=2`` (unless set already): glibc's default of 8 arenas
@@ -155,6 +181,83 @@ def lean_head(lean: bool = True, log_monitor: bool = False):
         yield
 
 
+@contextmanager
+def loopback_head():
+    """While ``ray.init`` starts a local Ray, give its node the loopback address (127.0.0.1, or ::1
+    where the machine has no IPv4), so that its GCS, raylet, object manager, agents and workers
+    listen there alone: a run on one machine needs no other, and Ray's gRPC servers answer gRPC's
+    health check without the token. ``ray.init`` has no switch for it (it turns a loopback
+    ``_node_ip_address`` into the machine's address; only ``ray start --node-ip-address`` keeps it),
+    so the default of ``RayParams.node_ip_address`` is replaced for the call; a Ray whose
+    ``RayParams`` lacks it starts on the machine's address."""
+    from ray._private import parameter
+
+    original = parameter.RayParams.__init__
+    if "node_ip_address" not in inspect.signature(original).parameters:
+        yield
+        return
+    try:
+        from ray._common.network_utils import get_localhost_ip
+        loopback = get_localhost_ip()
+    except ImportError:  # a Ray that keeps it elsewhere
+        loopback = "127.0.0.1"
+
+    @functools.wraps(original)
+    def init(self, *args, **kwargs):
+        if kwargs.get("node_ip_address") is None:
+            kwargs["node_ip_address"] = loopback
+        original(self, *args, **kwargs)
+
+    with mock.patch.object(parameter.RayParams, "__init__", init):
+        yield
+
+
+TOKEN_ENV = "RAY_AUTH_TOKEN"
+_own_token: Optional[str] = None  # the token own_token put in this process's environment
+
+
+def own_token() -> None:
+    """Before a local Ray starts: when token authentication is not turned off (``RAY_AUTH_MODE``)
+    and the user has no token (``RAY_AUTH_TOKEN``, ``RAY_AUTH_TOKEN_PATH``, ``~/.ray/auth_token``),
+    put a new random one in ``RAY_AUTH_TOKEN``, which the Ray processes started now inherit. Else
+    Ray 2.60's ``ray.init`` turns token authentication on and writes a new token to
+    ``~/.ray/auth_token`` (mode 0644 under the usual umask, in a 0755 folder), where it stays after
+    the run and becomes the token every later ``ray`` command of the user's sends. The token leaves
+    the environment with its Ray (``shutdown_ray``) and before the process joins a cluster
+    (``drop_own_token``)."""
+    global _own_token
+    mode = os.environ.get("RAY_AUTH_MODE")
+    if mode is not None and mode.lower() != "token":
+        return  # turned off by the user: Ray writes nothing either
+    try:
+        from ray._raylet import AuthenticationTokenLoader
+        from ray._private.authentication.authentication_token_generator import generate_new_authentication_token
+    except ImportError:  # a Ray without token authentication writes no token
+        return
+    loader = AuthenticationTokenLoader.instance()
+    if _own_token is not None and os.environ.get(TOKEN_ENV) == _own_token:
+        return
+    loader.reset_cache()  # what the user has now, not what an earlier Ray of this process used
+    if loader.has_token(ignore_auth_mode=True):
+        return
+    _own_token = os.environ[TOKEN_ENV] = generate_new_authentication_token()
+    loader.reset_cache()
+
+
+def drop_own_token() -> None:
+    """Take the token of ``own_token`` out of this process's environment (once its Ray has ended, and
+    before joining a cluster, whose token is the user's); nothing when it put none there."""
+    global _own_token
+    if _own_token is None:
+        return
+    if os.environ.get(TOKEN_ENV) == _own_token:
+        del os.environ[TOKEN_ENV]
+    _own_token = None
+    with suppress(ImportError):
+        from ray._raylet import AuthenticationTokenLoader
+        AuthenticationTokenLoader.instance().reset_cache()
+
+
 def start_server(config: Config, method: Optional[Method], run_dir: Path, resume: bool,
                  observers: Sequence[Observer] = ()):
     """The started ServerActor, pinned to this node, with its own CPU/GPU request from the config
@@ -182,9 +285,11 @@ def shutdown_ray() -> None:
     and the frames that hold them): then in whichever thread the collector next runs. Seen in the
     test suite: a thread drawing the partition figure ended the process 0.1 s after the shutdown,
     after its test had passed, in 1 of 3-6 runs of a test that ends with a failed task; with the
-    collection first, in none of 18."""
+    collection first, in none of 18. The token ``own_token`` gave a local Ray leaves the process's
+    environment with it."""
     gc.collect()
     ray.shutdown()
+    drop_own_token()
 
 
 @contextmanager
@@ -256,8 +361,32 @@ def unwrap(call: Callable[[], Any]) -> Any:
     except RayTaskError as err:
         raise RemoteError(not_importable(err) or task_cause(err), str(err)) from None
     except RayActorError as err:
-        raise RemoteError(not_importable(err) or ServerActorDied(f"the server actor died: {one_line(err)}"),
-                          str(err)) from None
+        raise RemoteError(not_importable(err) or raylet_died()
+                          or ServerActorDied(f"the server actor died: {one_line(err)}"), str(err)) from None
+
+
+def raylet_died(wait_s: float = 1.0) -> Optional[RayletDied]:
+    """The RayletDied to report when the raylet of the local Ray this process started has ended
+    (waiting up to ``wait_s`` for its exit to show: the actors' sockets close as it dies); None while
+    it runs, and for a cluster's node (that is a lost node, which the executor handles)."""
+    from ray._private import ray_constants, worker
+
+    node = getattr(worker, "_global_node", None)
+    try:
+        raylets = node.all_processes.get(ray_constants.PROCESS_TYPE_RAYLET) or []
+        logs = node.get_logs_dir_path()
+    except AttributeError:  # no node of this process's, or a Ray that keeps them elsewhere
+        return None
+    for info in raylets:
+        try:
+            code = info.process.wait(wait_s)
+        except Exception:  # noqa: BLE001 - still running (TimeoutExpired), or not a process of ours
+            continue
+        how = (f"was killed by {signal.Signals(-code).name}" if code < 0 and -code in signal.valid_signals()
+               else f"ended with status {code}")
+        return RayletDied(f"the raylet of the run's local Ray (pid {info.process.pid}) {how} and took the run's "
+                          f"actors with it; its log: {os.path.join(logs, 'raylet.out')}")
+    return None
 
 
 def not_importable(err: BaseException) -> Optional[ConfigError]:

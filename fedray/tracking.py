@@ -10,8 +10,10 @@ thread itself stays quiet (``_quiet_writer_threads``) instead of printing its tr
 
 from __future__ import annotations
 
+import logging
 import os
 import threading
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Optional
 
@@ -99,6 +101,29 @@ class RunWriter:
         self.writer.close()
 
 
+PURGE_NOTE = "Detected out of order event.step"  # TensorBoard's warning as it drops a restart's orphaned events
+
+
+class _DropPurgeNotes(logging.Filter):
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not str(record.msg).startswith(PURGE_NOTE)
+
+
+@contextmanager
+def _no_purge_notes():
+    """While TensorBoard reads a run's event files, keep its "Detected out of order event.step ...
+    Purging expired events" warning off stderr: a resumed run's event file starts where the
+    checkpoint was (a ``purge_step``), below the last rounds the stopped attempt logged, by design,
+    and TensorBoard drops those rounds as it warns. Its other messages print as before."""
+    logger = logging.getLogger("tensorboard")  # where TensorBoard's event_accumulator logs
+    quiet = _DropPurgeNotes()
+    logger.addFilter(quiet)
+    try:
+        yield
+    finally:
+        logger.removeFilter(quiet)
+
+
 def read_scalars(run_dir: str | Path) -> dict[str, list[tuple[int, float]]]:
     """Every scalar series in a run's event files, as ``{tag: [(step, value), ...]}`` by step.
 
@@ -118,7 +143,8 @@ def read_scalars(run_dir: str | Path) -> dict[str, list[tuple[int, float]]]:
             raise ValueError(f"{run_dir} holds no TensorBoard event files (events.out.tfevents.*): name the "
                              f"folder of a run")
         acc = EventAccumulator(str(run_dir), size_guidance={"scalars": 0})
-        acc.Reload()
+        with _no_purge_notes():
+            acc.Reload()
     except OSError as err:  # e.g. a folder that cannot be listed, an event file that cannot be read
         raise ValueError(f"run folder {run_dir} cannot be read: {err.strerror or err}") from None
     series = {}

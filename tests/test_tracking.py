@@ -1,8 +1,11 @@
-"""Reading event files back: a resumed run's values win over the interrupted run's, in any file order;
-a failed write reaches the run, not the terminal."""
+"""Reading event files back: a resumed run's values win over the interrupted run's, in any file order,
+and TensorBoard says nothing about it; a failed write reaches the run, not the terminal."""
 
+import subprocess
+import sys
 import threading
 import time
+from pathlib import Path
 
 import pytest
 from torch.utils.tensorboard import SummaryWriter
@@ -22,6 +25,29 @@ def test_resumed_values_win_whatever_order_the_files_are_read(tmp_path):
     series = read_scalars(tmp_path)["eval/accuracy"]
     assert [step for step, _ in series] == [1, 2, 3, 4]
     assert [value for _, value in series] == pytest.approx([0.1, 0.2, 0.33, 0.44])  # float32 in the file
+
+
+def test_report_and_plot_of_a_resumed_run_print_no_tensorboard_warning(tmp_path):
+    """As a resume writes them (``fedray.observers``): the stopped attempt logged rounds 1-3, its
+    checkpoint holds round 2, and the resumed run's event file starts at round 3 (``purge_step``).
+    TensorBoard drops the stopped attempt's round 3 as it reads the second file and warns about it
+    ("Detected out of order event.step"); ``fedray report`` and ``fedray plot`` print none of it."""
+    stopped = RunWriter(tmp_path)
+    for step in (1, 2, 3):
+        stopped.log_scalars(step, {"eval/accuracy": step / 10})
+    stopped.close()
+    resumed = RunWriter(tmp_path, purge_step=3)  # its file's name sorts after the first's
+    for step in (3, 4):
+        resumed.log_scalars(step, {"eval/accuracy": step / 10 + 0.03})
+    resumed.close()
+    assert len(list(tmp_path.glob("events.out.tfevents.*"))) == 2
+    root = Path(__file__).resolve().parents[1]
+    for command in (["report", str(tmp_path)], ["plot", str(tmp_path), "--out", str(tmp_path / "acc.png")]):
+        done = subprocess.run([sys.executable, "-m", "fedray.cli", *command], cwd=root, capture_output=True, text=True)
+        assert done.returncode == 0 and done.stderr == "", done.stderr
+    series = read_scalars(tmp_path)["eval/accuracy"]
+    assert [step for step, _ in series] == [1, 2, 3, 4]
+    assert [value for _, value in series] == pytest.approx([0.1, 0.2, 0.33, 0.43])
 
 
 def test_flatten_for_hparams():

@@ -6,14 +6,13 @@ import pytest
 
 torchvision = pytest.importorskip("torchvision")
 
-import ray  # noqa: E402
 import torch  # noqa: E402
 from torch import nn  # noqa: E402
 
-from actors.driver import lean_head, shutdown_ray  # noqa: E402
+from actors.driver import connect, shutdown_ray  # noqa: E402
 from fedray.assembly import assemble  # noqa: E402
 from fedray.checkpoint import CHECKPOINT, read_checkpoint  # noqa: E402
-from fedray.config import build_config  # noqa: E402
+from fedray.config import RuntimeConfig, build_config  # noqa: E402
 from fedray.federation import Federation  # noqa: E402
 from fedray.models import create_model  # noqa: E402
 from fedray.runner import run_experiment  # noqa: E402
@@ -55,8 +54,7 @@ def test_pretrained_weights_for_other_classes_are_one_line():
 
 @pytest.fixture(scope="module")
 def local_ray():
-    with lean_head():
-        ray.init(address="local", num_cpus=2, include_dashboard=False, logging_level="ERROR")
+    connect(RuntimeConfig(num_cpus=2))
     yield
     shutdown_ray()
 
