@@ -18,7 +18,7 @@ import numpy as np
 import torch
 
 from fedray.assembly import Experiment
-from fedray.checkpoint import CHECKPOINT, read_checkpoint, write_checkpoint
+from fedray.checkpoint import CHECKPOINT, checkpoint_file, read_checkpoint, write_checkpoint
 from fedray.clients import group_test_set
 from fedray.config import save_config
 from fedray.messages import RoundPlan, RoundResult
@@ -33,8 +33,8 @@ class Federation:
 
     Args:
         experiment: the assembled experiment (its config, method, strategy, executor, data).
-        run_dir: folder for event files, ``config.yaml``, ``checkpoint.pkl`` and ``result.json``.
-        resume: continue from ``run_dir/checkpoint.pkl`` instead of starting at round 1.
+        run_dir: folder for event files, ``config.yaml``, ``checkpoint.fedray`` and ``result.json``.
+        resume: continue from the run folder's checkpoint instead of starting at round 1.
         checkpoints: False writes no checkpoint (reproduction grids, benchmarks); the run cannot be resumed.
         observers: the user's own observers, called after fedray's (``fedray.observers``), then
             the config's (``observers:``, by import path).
@@ -188,7 +188,8 @@ class Federation:
             "server_threads": torch.get_num_threads(),  # the round thread's: evaluation, aggregation, distillation
         }
         if ex.pretrained:
-            summary["pretrain"] = {arch: {k: info[k] for k in ("cached", "seconds", "path")} | {"loss": info["loss"][-1:]}
+            summary["pretrain"] = {arch: {k: info[k] for k in ("cached", "seconds", "path", "replaced") if k in info}
+                                   | {"loss": info["loss"][-1:]}
                                    for arch, info in ex.pretrained.items()}
         summary.update(self.strategy.summary())
         self._notify("finished", summary)
@@ -211,7 +212,7 @@ class Federation:
         return path
 
     def _read_checkpoint(self) -> dict[str, Any]:
-        path = self.run_dir / CHECKPOINT
+        path = checkpoint_file(self.run_dir)
         if not path.is_file():
             raise FileNotFoundError(f"no checkpoint to resume from: {path} does not exist")
         return read_checkpoint(path, self.config.to_dict())

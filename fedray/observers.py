@@ -68,9 +68,14 @@ class Observer:
     def finished(self, fed: Federation, summary: dict[str, Any]) -> None: ...
 
     def state_dict(self) -> Any:
+        """The observer's state for the checkpoint (under ``key``), as data: numbers, strings,
+        lists, tuples, dicts, sets, numpy arrays and torch tensors (``fedray.datafile``). A checkpoint
+        never holds code, so anything else (an object of a class of your own, a function) fails the
+        checkpoint write in one line naming the key (docs/extending.md#state-and-checkpoints)."""
         return None
 
-    def load_state_dict(self, state: Any) -> None: ...
+    def load_state_dict(self, state: Any) -> None:
+        """Take back what ``state_dict`` returned, as the checkpoint gives it on a resume."""
 
 
 class Diverged(RuntimeError):
@@ -159,7 +164,9 @@ class TensorBoardLog(Observer):
                 for epoch, loss in enumerate(info["loss"], start=1):
                     self.writer.log_scalars(epoch, {f"pretrain/loss/{arch}": loss})
                 self.writer.log_text(f"pretrain/{arch}", f"{'from the cache' if info['cached'] else 'pre-trained'} "
-                                     f"in {info['seconds']:.1f} s: {info['path']}")
+                                     f"in {info['seconds']:.1f} s: {info['path']}"
+                                     + (f" (the entry there was not used: {info['replaced']})" if "replaced" in info
+                                        else ""))
         # where the clients run (actors per node, devices), as the run (re)started
         self.writer.log_text("runtime/executor", json.dumps(fed.describe_executor()), fed.round)
 

@@ -1,4 +1,11 @@
-"""Helpers shared by tests: build a method's halves from a config the way a run does; a user's observer."""
+"""Helpers shared by tests: build a method's halves from a config the way a run does; a user's observer;
+two states compared to the bit."""
+
+import math
+from collections import OrderedDict
+
+import numpy as np
+import torch
 
 from fedray.algorithms import ServerContext
 from fedray.method import resolve
@@ -34,3 +41,25 @@ class ClientCounter(Observer):
 
     def load_state_dict(self, state):
         self.total = state
+
+
+def same(a, b) -> bool:
+    """Equal values of the same types, arrays and tensors to the bit, in the same memory order."""
+    if type(a) is not type(b):
+        return False
+    if isinstance(a, np.ndarray):
+        layout = (a.flags.f_contiguous, a.flags.c_contiguous)  # a strided view comes back in C order
+        return (a.dtype == b.dtype and a.shape == b.shape and a.tobytes() == b.tobytes()
+                and (layout == (b.flags.f_contiguous, b.flags.c_contiguous) or layout == (False, False)))
+    if isinstance(a, torch.Tensor):
+        return (a.dtype == b.dtype and a.shape == b.shape and a.requires_grad == b.requires_grad
+                and a.detach().reshape(-1).view(torch.uint8).tolist() == b.detach().reshape(-1).view(torch.uint8).tolist())
+    if isinstance(a, (dict, OrderedDict)):
+        return list(a) == list(b) and all(same(a[k], b[k]) for k in a)
+    if isinstance(a, (list, tuple)):
+        return len(a) == len(b) and all(same(x, y) for x, y in zip(a, b))
+    if isinstance(a, float):
+        return math.copysign(1, a) == math.copysign(1, b) and (a == b or a != a and b != b)
+    if isinstance(a, (np.generic, int, str, bytes, type(None), bool, set, frozenset, complex)):
+        return a.tobytes() == b.tobytes() if isinstance(a, np.generic) else a == b
+    return same(vars(a), vars(b))

@@ -6,6 +6,8 @@ from the folders torchvision's dataset classes use with ``download=False``, so a
 downloaded works as is. The files are parsed with numpy (idx, pickle, ``.mat``, raw binary) rather
 than through torchvision: the readers are a few lines each and keep torchvision out of client actors.
 Nothing is ever downloaded; a missing file raises :class:`DatasetNotFoundError` saying what to put where.
+The checks (``check_*``, run before a run starts) read the MNIST family's idx files through and
+STL-10's sizes and labels, so a truncated or inconsistent file is found before a run folder exists.
 
 Every image set takes two options: ``size`` (resize to ``size x size``, e.g. STL-10 to 32 for FedAUX)
 and ``stats`` (normalise with another set's channel statistics, e.g. ``"cifar10"``).
@@ -20,7 +22,7 @@ import string
 import numpy as np
 
 from fedray.data.bundle import DatasetBundle, DatasetFormatError
-from fedray.data.files import FileLayout, idx_length, locate, read_idx
+from fedray.data.files import FileLayout, check_idx_pair, idx_length, locate, read_idx
 from fedray.data.images import CHANNEL_STATS, check_image_options, to_float_nchw
 
 FASHION_MNIST_CLASSES = ["T-shirt/top", "Trouser", "Pullover", "Dress", "Coat",
@@ -37,9 +39,9 @@ EMNIST_CLASSES = {
     "mnist": list(string.digits),
 }
 STL10_SPLITS = ("train", "unlabeled", "train+unlabeled")
-# training images of the sets whose count is not read from a file header (the published counts)
-TRAIN_COUNTS = {"cifar10": 50000, "cifar100": 50000, "svhn": 73257, "svhn extra": 531131,
-                "stl10 train": 5000, "stl10 unlabeled": 100000}
+# training images of the sets whose count is read neither from a file header nor from a file's size
+# (the published counts)
+TRAIN_COUNTS = {"cifar10": 50000, "cifar100": 50000, "svhn": 73257, "svhn extra": 531131}
 _IDX_NAMES = ("train-images-idx3-ubyte", "train-labels-idx1-ubyte", "t10k-images-idx3-ubyte", "t10k-labels-idx1-ubyte")
 
 
@@ -58,6 +60,16 @@ def _locate(name: str, channels: int, layout: FileLayout, root: str, size: int |
     """Checks the options ``size`` and ``stats`` of the image set ``name``, then returns the paths of its files."""
     check_image_options(name, channels, size, stats)
     return locate(layout, root)
+
+
+def _check_idx(name: str, layout: FileLayout, root: str, size: int | None, stats: str | None, classes: list[str],
+               counts: tuple[int | None, int | None] = (60000, 10000), hint: str = "; replace it") -> None:
+    """Checks the options, then the train and test idx files of a 1-channel 28x28 set through, as
+    :func:`_load_idx` reads them (``fedray.data.files.check_idx_pair``): whole, counts that agree,
+    labels below ``len(classes)``."""
+    paths = _locate(name, 1, layout, root, size, stats)
+    for (images, labels), count in zip((layout.files[:2], layout.files[2:]), counts):
+        check_idx_pair(paths[images], paths[labels], (count, 28, 28), len(classes), hint)
 
 
 def _load_idx(
@@ -106,9 +118,13 @@ FASHION_MNIST_LAYOUT = FileLayout(
 )
 
 
+FASHION_MNIST_HINT = "; replace it (e.g. `apt-get install --reinstall dataset-fashion-mnist`)"
+
+
 def check_fashion_mnist(root: str, size: int | None = None, stats: str | None = None) -> None:
-    """Checks that the four Fashion-MNIST idx files exist (see :func:`load_fashion_mnist`)."""
-    _locate("fashion_mnist", 1, FASHION_MNIST_LAYOUT, root, size, stats)
+    """Checks the four Fashion-MNIST idx files through (see :func:`load_fashion_mnist`)."""
+    _check_idx("fashion_mnist", FASHION_MNIST_LAYOUT, root, size, stats, FASHION_MNIST_CLASSES,
+               hint=FASHION_MNIST_HINT)
 
 
 def load_fashion_mnist(root: str, size: int | None = None, stats: str | None = None) -> DatasetBundle:
@@ -123,8 +139,8 @@ def load_fashion_mnist(root: str, size: int | None = None, stats: str | None = N
         DatasetNotFoundError: A file is missing.
         DatasetFormatError: A file is truncated or corrupt.
     """
-    hint = "; replace it (e.g. `apt-get install --reinstall dataset-fashion-mnist`)"
-    return _load_idx("fashion_mnist", FASHION_MNIST_LAYOUT, root, size, stats, FASHION_MNIST_CLASSES, hint=hint)
+    return _load_idx("fashion_mnist", FASHION_MNIST_LAYOUT, root, size, stats, FASHION_MNIST_CLASSES,
+                     hint=FASHION_MNIST_HINT)
 
 
 # MNIST and EMNIST -----------------------------------------------------------------------------
@@ -140,8 +156,8 @@ MNIST_LAYOUT = FileLayout(
 
 
 def check_mnist(root: str, size: int | None = None, stats: str | None = None) -> None:
-    """Checks that the four MNIST idx files exist under ``<root>/MNIST/raw``."""
-    _locate("mnist", 1, MNIST_LAYOUT, root, size, stats)
+    """Checks the four MNIST idx files under ``<root>/MNIST/raw`` through."""
+    _check_idx("mnist", MNIST_LAYOUT, root, size, stats, list(string.digits))
 
 
 def load_mnist(root: str, size: int | None = None, stats: str | None = None) -> DatasetBundle:
@@ -162,11 +178,15 @@ def _emnist_layout(split: str) -> FileLayout:
     )
 
 
-def check_emnist(root: str, split: str = "balanced", size: int | None = None, stats: str | None = None) -> None:
-    """Checks the EMNIST ``split`` (one of byclass, bymerge, balanced, letters, digits, mnist) exists."""
+def _emnist_split(split: str) -> None:
     if split not in EMNIST_CLASSES:
         raise ValueError(f"emnist: split must be one of {', '.join(EMNIST_CLASSES)}, got {split!r}")
-    _locate("emnist", 1, _emnist_layout(split), root, size, stats)
+
+
+def check_emnist(root: str, split: str = "balanced", size: int | None = None, stats: str | None = None) -> None:
+    """Checks the EMNIST ``split`` (one of byclass, bymerge, balanced, letters, digits, mnist) through."""
+    _emnist_split(split)
+    _check_idx("emnist", _emnist_layout(split), root, size, stats, EMNIST_CLASSES[split], counts=(None, None))
 
 
 def load_emnist(root: str, split: str = "balanced", size: int | None = None, stats: str | None = None) -> DatasetBundle:
@@ -174,7 +194,7 @@ def load_emnist(root: str, split: str = "balanced", size: int | None = None, sta
 
     Class names follow torchvision (``letters`` has 27 classes, class 0 unused).
     """
-    check_emnist(root, split, size, stats)
+    _emnist_split(split)
     layout, classes = _emnist_layout(split), EMNIST_CLASSES[split]
     return _load_idx("emnist", layout, root, size, stats, classes, counts=(None, None), transposed=True)
 
@@ -198,9 +218,15 @@ CIFAR100_LAYOUT = FileLayout(
 
 
 def _unpickle(path: str) -> dict:
+    """A CIFAR file (a pickle of Python 2) read with fedray's allow-listed unpickler: the arrays,
+    lists and strings it holds, and nothing that runs code (``fedray.datafile.SafeUnpickler``)."""
+    from fedray.datafile import Refused, safe_unpickle
+
     try:
         with open(path, "rb") as stream:
-            return pickle.load(stream, encoding="latin1")
+            return safe_unpickle(stream, encoding="latin1")
+    except Refused as err:
+        raise DatasetFormatError(f"{path} is not a CIFAR pickle: {err} (nothing in it was run); replace it") from None
     except (pickle.UnpicklingError, EOFError, ValueError, TypeError) as err:
         raise DatasetFormatError(f"{path} is not a readable CIFAR pickle ({err}); replace it") from None
 
@@ -314,11 +340,37 @@ def _stl10_layout(split: str) -> FileLayout:
     )
 
 
+STL10_IMAGE_BYTES = 3 * 96 * 96
+
+
+def _stl10_images(path: str) -> int:
+    """The number of images in an STL-10 ``*_X.bin`` file, from its size (one that is not a whole
+    number of images is refused)."""
+    size = os.path.getsize(path)
+    if size % STL10_IMAGE_BYTES:
+        raise DatasetFormatError(f"{path} has {size} bytes, not a multiple of 3*96*96; replace it")
+    return size // STL10_IMAGE_BYTES
+
+
+def _check_stl10_files(paths: dict[str, str], split: str) -> None:
+    """The image files hold whole images, and each labels file one label in 1 .. 10 per image."""
+    for part in split.split("+") + ["test"]:
+        images = _stl10_images(paths[f"{part}_X.bin"])
+        if part == "unlabeled":
+            continue
+        labels = paths[f"{part}_y.bin"]
+        y = np.fromfile(labels, dtype=np.uint8)
+        if len(y) != images:
+            raise DatasetFormatError(f"{labels} has {len(y)} labels for {images} images; replace it")
+        if y.size and (y.min() < 1 or y.max() > len(STL10_CLASSES)):
+            bad = int(y.min() if y.min() < 1 else y.max())
+            raise DatasetFormatError(f"{labels} holds the label {bad}; STL-10 stores labels 1 .. "
+                                     f"{len(STL10_CLASSES)}; replace it")
+
+
 def _read_stl10_images(path: str) -> np.ndarray:
-    raw = np.fromfile(path, dtype=np.uint8)
-    if raw.size % (3 * 96 * 96):
-        raise DatasetFormatError(f"{path} has {raw.size} bytes, not a multiple of 3*96*96; replace it")
-    return raw.reshape(-1, 3, 96, 96).transpose(0, 1, 3, 2)  # stored column-major
+    _stl10_images(path)
+    return np.fromfile(path, dtype=np.uint8).reshape(-1, 3, 96, 96).transpose(0, 1, 3, 2)  # stored column-major
 
 
 def _read_stl10_part(paths: dict[str, str], part: str) -> tuple[np.ndarray, np.ndarray]:
@@ -332,11 +384,16 @@ def _read_stl10_part(paths: dict[str, str], part: str) -> tuple[np.ndarray, np.n
     return x, y
 
 
-def check_stl10(root: str, split: str = "train", size: int | None = None, stats: str | None = None) -> None:
-    """Checks that ``<root>/stl10_binary`` holds the files of ``split`` and the test split."""
+def _stl10_split(split: str) -> None:
     if split not in STL10_SPLITS:
         raise ValueError(f"stl10: split must be one of {', '.join(STL10_SPLITS)}, got {split!r}")
-    _locate("stl10", 3, _stl10_layout(split), root, size, stats)
+
+
+def check_stl10(root: str, split: str = "train", size: int | None = None, stats: str | None = None) -> None:
+    """Checks that ``<root>/stl10_binary`` holds the files of ``split`` and the test split, of whole
+    images and one label in range for each (from the sizes and the small labels files)."""
+    _stl10_split(split)
+    _check_stl10_files(_locate("stl10", 3, _stl10_layout(split), root, size, stats), split)
 
 
 def load_stl10(root: str, split: str = "train", size: int | None = None, stats: str | None = None) -> DatasetBundle:
@@ -349,8 +406,8 @@ def load_stl10(root: str, split: str = "train", size: int | None = None, stats: 
         size: Optional side length, e.g. 32 for use as auxiliary data next to CIFAR-10.
         stats: Optional name of another set whose channel statistics to normalise with, e.g. ``"cifar10"``.
     """
-    check_stl10(root, split, size, stats)
-    paths = locate(_stl10_layout(split), root)
+    _stl10_split(split)
+    paths = _locate("stl10", 3, _stl10_layout(split), root, size, stats)
     train = [_read_stl10_part(paths, part) for part in split.split("+")]
     train_x, train_y = np.concatenate([x for x, _ in train]), np.concatenate([y for _, y in train])
     return _bundle("stl10", (train_x, train_y, *_read_stl10_part(paths, "test")), STL10_CLASSES, size, stats)
@@ -361,7 +418,8 @@ def load_stl10(root: str, split: str = "train", size: int | None = None, stats: 
 
 def train_size(name: str, root: str, **options) -> int:
     """How many training images ``load_dataset(name, root, **options)`` holds, without loading them:
-    the idx header of the training labels for the MNIST family, :data:`TRAIN_COUNTS` for the others.
+    the idx header of the training labels for the MNIST family, the image files' sizes for STL-10,
+    :data:`TRAIN_COUNTS` for the others.
     ``options``: the loader's, every one given (``fedray.data.train_size`` fills in the defaults);
     only ``split`` (EMNIST, STL-10) and ``extra`` (SVHN) change the count."""
     if name in ("fashion_mnist", "mnist", "emnist"):
@@ -371,5 +429,6 @@ def train_size(name: str, root: str, **options) -> int:
     if name == "svhn":
         return TRAIN_COUNTS["svhn"] + (TRAIN_COUNTS["svhn extra"] if options["extra"] else 0)
     if name == "stl10":
-        return sum(TRAIN_COUNTS[f"stl10 {part}"] for part in options["split"].split("+"))
+        paths = locate(_stl10_layout(options["split"]), root)
+        return sum(_stl10_images(paths[f"{part}_X.bin"]) for part in options["split"].split("+"))
     return TRAIN_COUNTS[name]

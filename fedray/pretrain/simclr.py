@@ -21,10 +21,9 @@ import hashlib
 import json
 import math
 import os
-import pickle
 import time
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Optional
 
 import numpy as np
 import torch
@@ -32,6 +31,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from fedray.config import ConfigError, PretrainConfig
+from fedray.datafile import DataFileError, read_file, write_file
 from fedray.weights import Weights, get_weights
 
 
@@ -185,6 +185,9 @@ def pretrain_features(model: nn.Module, x: torch.Tensor, params: PretrainConfig,
     return {"loss": losses, "steps": steps}
 
 
+CACHE_MAGIC = b"FEDRAY-PRETRAINED\n"
+
+
 def cache_root(params: PretrainConfig) -> Path:
     """``pretrain.cache_dir``, else ``$FEDRAY_CACHE``, else ``~/.cache/fedray``; pre-trained weights under ``pretrain/``."""
     root = params.cache_dir or os.environ.get("FEDRAY_CACHE") or Path.home() / ".cache" / "fedray"
@@ -205,6 +208,25 @@ def cache_key(arch: str, aux_x: np.ndarray, params: PretrainConfig, seed: int, k
     return hashlib.sha256(described.encode()).hexdigest()
 
 
+def read_cached(path: Path, expected: Weights) -> tuple[Optional[dict[str, Any]], str]:
+    """The cache entry at ``path`` when it is intact and holds weights of ``expected``'s names,
+    shapes and dtypes, else None and why it is not used ("" when there is none). The entry is read
+    as data (``fedray.datafile``): a damaged, edited or foreign file is not used, and nothing in it
+    runs; the pre-training then runs again and replaces it."""
+    if not path.is_file():
+        return None, ""
+    try:
+        _, saved = read_file(path, CACHE_MAGIC)
+        weights, loss = saved["weights"], saved["loss"]
+        if not (isinstance(weights, dict) and weights.keys() == expected.keys() and all(
+                isinstance(weights[k], np.ndarray) and weights[k].shape == v.shape and weights[k].dtype == v.dtype
+                for k, v in expected.items()) and isinstance(loss, list)):
+            raise DataFileError("holds weights of another model")
+    except (DataFileError, OSError, KeyError, TypeError) as err:
+        return None, f"{path} {err}"
+    return saved, ""
+
+
 def pretrained_weights(build_model: Callable[[str], nn.Module], arch: str, aux_x: np.ndarray, params: PretrainConfig,
                        seed: int, device: torch.device, key_extra: dict[str, Any]) -> tuple[Weights, dict[str, Any]]:
     """theta^0 of ``arch`` (``torch.manual_seed(seed)``, then ``build_model``) with its feature extractor
@@ -214,11 +236,12 @@ def pretrained_weights(build_model: Callable[[str], nn.Module], arch: str, aux_x
         The whole model's weights (the classifier as initialised) and what happened: ``cached``,
         ``loss`` per epoch, ``seconds``, the cache file's ``path``.
     """
-    path = cache_root(params) / f"{cache_key(arch, aux_x, params, seed, key_extra)}.pkl"
+    path = cache_root(params) / f"{cache_key(arch, aux_x, params, seed, key_extra)}.fedray"
     start = time.perf_counter()
-    if path.is_file():
-        with open(path, "rb") as f:
-            saved = pickle.load(f)
+    with torch.random.fork_rng(devices=[]):  # the model's names and shapes, leaving torch's generator as it was
+        expected = get_weights(build_model(arch))
+    saved, replaced = read_cached(path, expected)
+    if saved is not None:
         return saved["weights"], {"cached": True, "loss": saved["loss"], "seconds": time.perf_counter() - start,
                                   "path": str(path)}
     torch.manual_seed(seed)
@@ -227,8 +250,10 @@ def pretrained_weights(build_model: Callable[[str], nn.Module], arch: str, aux_x
     stats = pretrain_features(model, x, params, torch.Generator().manual_seed(seed))
     weights = get_weights(model)
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(f".{os.getpid()}.tmp")
-    with open(tmp, "wb") as f:
-        pickle.dump({"weights": weights, "loss": stats["loss"]}, f, protocol=5)
-    os.replace(tmp, path)  # atomic: parallel runs of a grid may write the same entry
-    return weights, {"cached": False, "loss": stats["loss"], "seconds": time.perf_counter() - start, "path": str(path)}
+    # atomic: parallel runs of a grid may write the same entry
+    write_file(path, CACHE_MAGIC, {"format": 1, "arch": arch}, {"weights": weights, "loss": stats["loss"]},
+               "pre-training cache entry")
+    info = {"cached": False, "loss": stats["loss"], "seconds": time.perf_counter() - start, "path": str(path)}
+    if replaced:
+        info["replaced"] = replaced
+    return weights, info

@@ -265,14 +265,14 @@ def test_a_run_folder_is_held_by_one_process_and_a_crashed_holder_leaves_it_free
     try:
         wait_for_round(first, run_dir)
         # round 1 is logged before its checkpoint is written: wait for the checkpoint too, or the
-        # listing below could be taken before checkpoint.pkl first appears
+        # listing below could be taken before the checkpoint first appears
         while not (run_dir / CHECKPOINT).is_file():
             assert first.poll() is None, first.stderr.read()[-2000:]
             time.sleep(0.05)
-        # the running run writes a checkpoint every round, through checkpoint.tmp (atomic): that file
-        # comes and goes with the run, not with the refused commands
+        # the running run writes a checkpoint every round, through a temporary file (atomic): that
+        # file comes and goes with the run, not with the refused commands
         def listing():
-            return sorted(p.name for p in run_dir.iterdir() if p.name != "checkpoint.tmp")
+            return sorted(p.name for p in run_dir.iterdir() if not p.name.endswith(".tmp"))
 
         names = listing()
         for argv in (["run", str(path), "--run-dir", str(run_dir), "seed=1"], ["resume", str(run_dir)]):

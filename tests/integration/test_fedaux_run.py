@@ -39,7 +39,7 @@ def test_fedaux_pretrains_in_the_server_scores_in_the_clients_and_distils_with_t
     result = json.loads((run_dir / "result.json").read_text())
     assert sorted(result["pretrain"]) == ["lenet5", "mlp"]
     assert not any(p["cached"] for p in result["pretrain"].values())
-    assert len(list((tmp_path / "cache" / "pretrain").glob("*.pkl"))) == 2
+    assert len(list((tmp_path / "cache" / "pretrain").glob("*.fedray"))) == 2
     assert result["privacy"]["regularization"] == "code" and result["privacy"]["epsilon"] > 0.1 * 600
     scalars = read_scalars(run_dir)
     for arch in ("mlp", "lenet5"):
