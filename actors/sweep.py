@@ -49,13 +49,12 @@ def _trial(params: dict, *, configs: dict, out: str, cwd: str) -> None:
     report its final and best accuracy to Tune."""
     from ray import tune
 
-    from fedray.runner import run_experiment
+    from fedray.runner import run_to_the_end
 
     os.chdir(cwd)  # Tune starts a trial in a folder of its own; the config's relative paths are the user's
     name = params["trial"]
     run_dir = Path(out) / "trials" / name
-    if not (run_dir / "result.json").exists():
-        run_experiment(configs[name], run_dir, resume=(run_dir / "config.yaml").exists(), progress=False)
+    run_to_the_end(configs[name], run_dir)
     summary = json.loads((run_dir / "result.json").read_text())
     tune.report({"final_accuracy": summary["final"].get("eval/accuracy"), "best_accuracy": summary["best_accuracy"],
                  "rounds": summary["rounds"]})

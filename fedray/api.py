@@ -133,14 +133,26 @@ def run(source: Source, overrides: Overrides = None, *, run_dir: Union[str, os.P
 
 
 def resume(run_dir: Union[str, os.PathLike], *, rounds: Optional[int] = None, progress: bool = True,
-           observers: Sequence[Observer] = ()) -> Result:
+           observers: Sequence[Observer] = (), restart: bool = False) -> Result:
     """Continue a run from its last checkpoint with its own ``config.yaml``, as ``fedray resume``
     does; ``rounds`` extends it to that many rounds (not below the checkpoint's round). A run that
-    stopped before its first checkpoint starts again from round 1. Raises as :func:`run`."""
+    stopped before its first round ended starts again from round 1; a folder that shows a run's
+    progress but holds no checkpoint is refused, unless ``restart``: then the run starts again
+    from round 1 in its folder, discarding its checkpoint, ``result.json`` and the rounds its event
+    files logged (a line on stderr says which). A config that names the user's code (import paths)
+    is code: a line on stderr names what will be imported before anything is. Raises as :func:`run`."""
     run_dir = Path(run_dir)
-    config = _guarded(_resume_config, run_dir, rounds)
+    config = _guarded(_resume_config, run_dir, rounds, restart)
+    announce_plugins(config, f"resuming {run_dir}")
     method, _ = _preflight(config, "resume", run_dir)
-    return _start(config, run_dir, method, resume=True, progress=progress, observers=observers, fresh=False)
+    if restart:
+        from fedray.preflight import progress as shown_progress
+
+        shows = shown_progress(run_dir)
+        print(f"fedray: --restart: running {run_dir} again from round 1"
+              + (f", discarding {', '.join(shows)}" if shows else ""), file=sys.stderr)
+    return _start(config, run_dir, method, resume=True, progress=progress, observers=observers, fresh=False,
+                  restart=restart)
 
 
 @dataclass
@@ -195,16 +207,23 @@ class Result:
         ``fedensemble`` scores the ensemble of its clients' latest models, here only the averaged
         model (its ``eval/accuracy_global``); ``mrtf`` with ``feed_back: false`` scores its refined
         models, while these are the plain aggregates it broadcasts. The data set is loaded once to
-        learn the models' input shape and classes.
+        learn the models' input shape and classes. The checkpoint is read as data (nothing in it
+        runs); a config that names the user's code (a data set or model by import path) is code,
+        and a line on stderr names what is imported.
+
+        Raises:
+            fedray.checkpoint.CheckpointError: the checkpoint is missing, damaged, edited or holds
+                anything but data (one line).
         """
-        from fedray.checkpoint import CHECKPOINT, read_checkpoint
+        from fedray.checkpoint import checkpoint_file, read_checkpoint
         from fedray.data import load_dataset
         from fedray.models import model_builder
         from fedray.parameter_tree import ParameterTree
         from fedray.weights import set_weights
 
         config = _config.load_config(self.run_dir / "config.yaml")
-        strategy = read_checkpoint(self.run_dir / CHECKPOINT)["strategy"]
+        strategy = read_checkpoint(checkpoint_file(self.run_dir))["strategy"]
+        announce_plugins(config, f"building the models of {self.run_dir}")
         data = load_dataset(config.data.dataset, config.data.root, **config.data.options)
         build = model_builder(config.federation.model_options, data.input_shape, data.num_classes)
         models = {arch: (arch, values) for arch, values in strategy["models"].items()}
@@ -273,7 +292,18 @@ def _default_run_dir(config: Config) -> Path:
     return Path(config.output_dir) / f"{config.name}-{time.strftime('%Y%m%d-%H%M%S')}"
 
 
-def _resume_config(run_dir: Path, rounds: Optional[int]) -> Config:
+def announce_plugins(config: Config, doing: str) -> None:
+    """One line on stderr naming the user's code the config will have imported (its import paths),
+    before any of it is: a run folder's config is code where it names plug-ins."""
+    from fedray.plugins import plugin_paths
+
+    named = plugin_paths(config)
+    if named:
+        print(f"fedray: {doing} imports code its config names: "
+              f"{', '.join(f'{key}={shown(path)}' for key, path in named)}", file=sys.stderr)
+
+
+def _resume_config(run_dir: Path, rounds: Optional[int], restart: bool = False) -> Config:
     """The run's config, with ``rounds``; refused when its checkpoint cannot be resumed from, or
     ``rounds`` would not take the run past the checkpoint's round (``preflight.check_resume``)."""
     from fedray import preflight, rundir
@@ -284,12 +314,12 @@ def _resume_config(run_dir: Path, rounds: Optional[int]) -> Config:
     if not path.is_file():
         raise ConfigError(f"{run_dir} is not a fedray run folder: {path} is missing")
     config = _config.load_config(path, [f"federation.rounds={rounds}"] if rounds is not None else [])
-    preflight.check_resume(run_dir, config, rounds_given=rounds is not None)
+    preflight.check_resume(run_dir, config, rounds_given=rounds is not None, restart=restart)
     return config
 
 
 def _start(config: Config, run_dir: Path, method: Optional[Method], *, resume: bool, progress: bool,
-           observers: Sequence[Observer], fresh: bool) -> Result:
+           observers: Sequence[Observer], fresh: bool, restart: bool = False) -> Result:
     """Run the checked config into ``run_dir``; the folder it ran in (a fresh default one may get a
     numbered suffix) is printed to stderr once the run has started."""
     def announce(folder: Path) -> None:
@@ -298,7 +328,7 @@ def _start(config: Config, run_dir: Path, method: Optional[Method], *, resume: b
         print(f"fedray: run folder {run_dir}  (tensorboard --logdir {run_dir.parent})", file=sys.stderr)
 
     summary = run_experiment(config, run_dir, resume=resume, progress=progress, method=method, announce=announce,
-                             fresh=fresh, observers=observers)
+                             fresh=fresh, observers=observers, restart=restart)
     return Result(run_dir, summary)
 
 

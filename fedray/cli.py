@@ -49,6 +49,10 @@ def _parser() -> argparse.ArgumentParser:
     resume.add_argument("run_dir")
     resume.add_argument("--rounds", type=int, help="extend the run to this many rounds")
     resume.add_argument("--no-progress", action="store_true")
+    resume.add_argument("--restart", action="store_true",
+                        help="run it again from round 1 in its folder, discarding its checkpoint, result.json and "
+                             "the rounds its event files logged (a folder that shows progress but holds no "
+                             "checkpoint is refused without it)")
     report = sub.add_parser("report", help="summarise a run; with --target, rounds and MB to reach it")
     report.add_argument("run_dir")
     report.add_argument("--target", type=float, help="target test accuracy, e.g. 0.89")
@@ -59,7 +63,9 @@ def _parser() -> argparse.ArgumentParser:
     plot.add_argument("--tag", default="eval/accuracy")
     plot.add_argument("--x", dest="x_axis", choices=["round", "mb_up"], default="round")
     plot.add_argument("--labels", help="comma-separated legend labels, one per run")
-    check = sub.add_parser("check", help="validate a config (and that its data set is there), run nothing")
+    check = sub.add_parser(
+        "check", help="validate a config, its data and where it would run; trains nothing, but imports and calls "
+                      "the code the config names by import path (plug-ins are code: docs/security.md)")
     check.add_argument("config")
     check.add_argument("overrides", nargs="*")
     sweep = sub.add_parser("sweep", help="run a grid of a config over seeds as Ray Tune trials (fedray.sweep)")
@@ -207,7 +213,7 @@ def _main(argv: list[str] | None = None) -> int:
         if args.command == "sweep":
             return _sweep(args)
         if args.command == "resume":
-            result = api.resume(args.run_dir, rounds=args.rounds, progress=not args.no_progress)
+            result = api.resume(args.run_dir, rounds=args.rounds, progress=not args.no_progress, restart=args.restart)
         else:
             result = api.run(args.config, args.overrides, run_dir=args.run_dir or None, progress=not args.no_progress)
     except ConfigError as err:  # found before anything was made or started

@@ -39,10 +39,19 @@ def is_import_path(name: Optional[str]) -> bool:
     return isinstance(name, str) and ":" in name
 
 
+def plugin_paths(config: Config) -> list[tuple[str, str]]:
+    """The config's import paths, as ``(key, path)`` pairs: the code of the user's that a run, a
+    resume or a check of it imports and calls."""
+    named = [("algorithm.name", config.algorithm.name), ("data.dataset", config.data.dataset),
+             ("aux.dataset", config.aux.dataset),
+             *(("federation.architectures", arch) for arch in config.federation.architectures),
+             *(("observers", observer) for observer in config.observers)]
+    return [(key, path) for key, path in named if is_import_path(path) or key == "observers"]
+
+
 def uses_plugins(config: Config) -> bool:
     """Whether the config names any of the user's own code (which the driver then imports to check)."""
-    names = [config.algorithm.name, config.data.dataset, config.aux.dataset, *config.federation.architectures]
-    return any(is_import_path(n) for n in names) or bool(config.observers)
+    return bool(plugin_paths(config))
 
 
 def load(spec: str, key: str) -> Any:

@@ -1,11 +1,14 @@
 """What is checked before a run starts, before its folder is made or Ray is started; each problem is
 one :class:`ConfigError` line naming the key, the value and what to do.
 
-- the data: its files are there (``check_dataset``), and its training samples, less those carved
-  out as auxiliary data and cut to ``data.train_limit``, give every client a sample (and every
-  shard of ``partition: shards``); the sizes come from file headers or known counts;
+- the data: its files are there and whole, their labels in range (``check_dataset``), and its
+  training samples, less those carved out as auxiliary data and cut to ``data.train_limit``, give
+  every client a sample (and every shard of ``partition: shards``); the sizes come from file
+  headers or known counts;
 - the run folder: it can be made where it is asked for (nothing is created to find out), and a
   new run does not write into an old one;
+- a resume: the checkpoint is intact, unedited, of this config and data only (``check_resume``),
+  and a folder that shows progress without a checkpoint is never started over unasked.
 What a backend checks besides (for Ray: a cluster answers, the actors fit) is the backend's own
 ``check`` (``fedray.backends``). This module imports neither torch nor Ray, unless the config names
 models of the user's (:func:`check_models` builds them once).
@@ -17,13 +20,13 @@ import os
 from pathlib import Path
 from typing import Optional
 
-from fedray.checkpoint import CHECKPOINT
+from fedray.checkpoint import CHECKPOINT, LEGACY_CHECKPOINT
 from fedray.config import Config, ConfigError, _path_setting, shown
 from fedray.plugins import uses_plugins
 
 
 def check_data(config: Config) -> None:
-    """The data set's files (and the auxiliary data set's) are there, and the split can be made."""
+    """The data set's files (and the auxiliary data set's) are there and whole, and the split can be made."""
     from fedray.data import check_dataset
     from fedray.data.auxiliary import aux_source
 
@@ -129,25 +132,64 @@ def check_folder(path: Path, what: str) -> None:
 def check_new_run_dir(run_dir: Path, what: str) -> None:
     """``run_dir`` can be made or written, and holds no run that a new one would overwrite."""
     check_folder(run_dir, what)
-    if (Path(run_dir) / CHECKPOINT).exists():
-        raise ConfigError(f"{what}: {run_dir} already holds a run ({CHECKPOINT}); continue it with "
+    held = [name for name in (CHECKPOINT, LEGACY_CHECKPOINT) if (Path(run_dir) / name).exists()]
+    if held:
+        raise ConfigError(f"{what}: {run_dir} already holds a run ({held[0]}); continue it with "
                           f"`fedray resume {run_dir}` or name another folder")
     if (Path(run_dir) / "config.yaml").exists():
         raise ConfigError(f"{what}: {run_dir} already holds a run that stopped before its first checkpoint; "
-                          f"start it again with `fedray resume {run_dir}` or name another folder")
+                          f"start it again with `fedray resume {run_dir} --restart` or name another folder")
 
 
-def check_resume(run_dir: Path, config: Config, rounds_given: bool = False) -> Optional[int]:
+def progress(run_dir: Path) -> list[str]:
+    """What a run folder shows of a run's progress, in words: its ``result.json``, the rounds its
+    event files logged (pre-training's epochs and round 0 aside), its checkpoint. Empty for a run
+    that stopped before its first round ended."""
+    from fedray.checkpoint import checkpoint_file
+
+    run_dir = Path(run_dir)
+    shown_progress = []
+    if (run_dir / "result.json").exists():
+        shown_progress.append("result.json")
+    if any(run_dir.glob("events.out.tfevents.*")):
+        from fedray.tracking import read_scalars
+
+        try:
+            steps = {step for tag, series in read_scalars(run_dir).items() if not tag.startswith("pretrain/")
+                     for step, _ in series if step >= 1}
+        except ValueError:  # event files that cannot be read still show that the run went somewhere
+            steps = set()
+            shown_progress.append("event files")
+        if steps:
+            shown_progress.append(f"rounds {min(steps)}-{max(steps)} in its event files" if len(steps) > 1
+                                  else f"round {min(steps)} in its event files")
+    path = checkpoint_file(run_dir)
+    if path.exists():
+        shown_progress.append(path.name)
+    return shown_progress
+
+
+def check_resume(run_dir: Path, config: Config, rounds_given: bool = False, restart: bool = False) -> Optional[int]:
     """The round a resume of ``run_dir`` with ``config`` starts from: its checkpoint's (intact,
-    written with this config), or None for a run that stopped before its first checkpoint (it
-    starts again). Refused when ``federation.rounds`` would not take the run past the checkpoint,
-    unless the checkpoint is of the last round and the run has no ``result.json`` (it stopped before
-    writing it: the resume only finishes it); ``rounds_given``: the count came from ``--rounds``."""
-    from fedray.checkpoint import CheckpointError, verify_checkpoint
+    written with this config), or None when the run starts again from round 1: with ``restart``
+    (the caller discards what the folder holds), or for a run that stopped before its first round
+    ended. A folder that shows progress (``progress``) but holds no checkpoint is refused: a resume
+    never starts a run over on its own. Refused too when ``federation.rounds`` would not take the
+    run past the checkpoint, unless the checkpoint is of the last round and the run has no
+    ``result.json`` (it stopped before writing it: the resume only finishes it); ``rounds_given``:
+    the count came from ``--rounds``."""
+    from fedray.checkpoint import CheckpointError, checkpoint_file, verify_checkpoint
 
     if not (Path(run_dir) / "config.yaml").is_file():
         raise ConfigError(f"{run_dir} is not a fedray run folder: {Path(run_dir) / 'config.yaml'} is missing")
-    if not (Path(run_dir) / CHECKPOINT).exists():
+    if restart:
+        return None
+    if not checkpoint_file(run_dir).exists():
+        shows = progress(run_dir)
+        if shows:
+            raise ConfigError(f"{run_dir} holds no checkpoint ({CHECKPOINT}) but shows a run's progress "
+                              f"({', '.join(shows)}): there is nothing to resume from, and nothing was changed; "
+                              f"`fedray resume {run_dir} --restart` runs it again from round 1 and discards that")
         return None
     try:
         saved = verify_checkpoint(run_dir, config.to_dict())

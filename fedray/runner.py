@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any, Callable, Optional, Sequence
 from tqdm.auto import tqdm  # a widget in a Jupyter notebook (text without ipywidgets), else text
 
 from fedray.backends import Stepper, backend
-from fedray.checkpoint import CheckpointError, checkpoint_round
+from fedray.checkpoint import CheckpointError, checkpoint_file, checkpoint_round
 from fedray.config import Config, ConfigError
 from fedray.messages import one_line
 
@@ -94,7 +94,7 @@ class Stopped(Exception):
 
 def run_experiment(config: Config, run_dir: str | Path, resume: bool = False, progress: bool = True,
                    method: Optional[Method] = None, announce: Callable[[Path], None] = lambda run_dir: None,
-                   fresh: bool = False, observers: Sequence[Observer] = ()) -> dict[str, Any]:
+                   fresh: bool = False, observers: Sequence[Observer] = (), restart: bool = False) -> dict[str, Any]:
     """Run (or resume) an experiment to ``federation.rounds``; return the summary of result.json.
 
     ``method`` is the resolved method; None resolves it where the round loop runs (in the
@@ -102,7 +102,9 @@ def run_experiment(config: Config, run_dir: str | Path, resume: bool = False, pr
     with the run folder once the run has started (its folder exists). The run holds its folder
     for its whole length (``fedray.rundir``); ``fresh``: ``run_dir`` is a new run's default folder,
     which gets a numbered suffix when another run made it first. A resume of a run that stopped
-    before its first checkpoint starts it again from round 1.
+    before its first round ended starts it again from round 1; ``restart`` (with ``resume``) starts
+    any run in ``run_dir`` again from round 1, discarding its checkpoint, ``result.json`` and the
+    rounds its event files logged (``discard``).
 
     Raises:
         ConfigError: another process holds the folder, the folder holds a run (a new run) or no
@@ -115,7 +117,9 @@ def run_experiment(config: Config, run_dir: str | Path, resume: bool = False, pr
 
     with rundir.hold(Path(run_dir), fresh) as run_dir:
         if resume:  # checked again now that no other process can write here
-            resume = preflight.check_resume(run_dir, config) is not None
+            resume = preflight.check_resume(run_dir, config, restart=restart) is not None
+            if restart:
+                discard(run_dir)
         else:
             preflight.check_new_run_dir(run_dir, f"run folder {run_dir}")
         return _run(config, run_dir, resume, progress, method, announce, observers)
@@ -148,6 +152,26 @@ def _run(config: Config, run_dir: Path, resume: bool, progress: bool, method: Op
         if stepper is not None:  # the run failed or stopped: its actors would hold the CPUs until
             with contextlib.suppress(Exception):  # collected; the line above says what went wrong
                 stepper.close()
+
+
+def run_to_the_end(config: Config, run_dir: Path) -> None:
+    """What a sweep run again does with a trial's folder: a new run when it holds none, a resume from
+    its checkpoint, and a run again from round 1 when it stopped before its first checkpoint (a
+    trial has nothing else to resume from). A finished trial (``result.json``) is not run."""
+    if (run_dir / "result.json").exists():
+        return
+    started = (run_dir / "config.yaml").exists()
+    run_experiment(config, run_dir, resume=started, restart=started and not checkpoint_file(run_dir).exists(),
+                   progress=False)
+
+
+def discard(run_dir: Path) -> None:
+    """Remove what a run that starts again from round 1 in ``run_dir`` replaces: its checkpoint and
+    ``result.json`` (its event files' rounds are purged when the run's first events are written)."""
+    from fedray.checkpoint import CHECKPOINT, LEGACY_CHECKPOINT
+
+    for name in (CHECKPOINT, LEGACY_CHECKPOINT, "result.json"):
+        (run_dir / name).unlink(missing_ok=True)
 
 
 def vectorize_note(config: Config, refusal: Optional[str]) -> Optional[str]:

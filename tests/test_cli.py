@@ -140,6 +140,7 @@ def test_a_read_only_output_folder_is_refused(tmp_path, capsys):
 
 @pytest.mark.parametrize("files, held", [
     (["config.yaml", CHECKPOINT], f"a run ({CHECKPOINT}); continue it with"),
+    (["config.yaml", "checkpoint.pkl"], "a run (checkpoint.pkl); continue it with"),
     (["config.yaml"], "a run that stopped before its first checkpoint; start it again with"),
 ])
 def test_run_into_a_folder_that_holds_a_run_is_refused(tmp_path, capsys, files, held):
@@ -148,7 +149,8 @@ def test_run_into_a_folder_that_holds_a_run_is_refused(tmp_path, capsys, files, 
     for name in files:
         (old / name).write_text(LOCAL)
     line = refused(tmp_path, capsys, "run", config_file(tmp_path), "--run-dir", old)
-    assert line == f"--run-dir {old}: {old} already holds {held} `fedray resume {old}` or name another folder"
+    restart = " --restart" if "start it again" in held else ""
+    assert line == f"--run-dir {old}: {old} already holds {held} `fedray resume {old}{restart}` or name another folder"
 
 
 @pytest.mark.parametrize("command", ["run", "resume"])
@@ -161,9 +163,11 @@ def test_a_run_folder_name_too_long_for_a_file_system_is_refused(tmp_path, capsy
     assert len(line) < 300
 
 
-def test_a_run_that_stopped_before_its_first_checkpoint_starts_again_on_resume(tmp_path, capsys, monkeypatch):
-    """Its config is in its folder, but no checkpoint: resume runs it from round 1 there, and the
-    stopped attempt's events are purged (TensorBoard shows each round once, the new values)."""
+def test_a_run_that_stopped_before_its_first_checkpoint_starts_again_on_resume_with_restart(tmp_path, capsys,
+                                                                                            monkeypatch):
+    """Its config is in its folder, and round 1 in its events, but no checkpoint: a plain resume is
+    refused and changes nothing; ``--restart`` runs it from round 1 there, saying what it discards,
+    and the stopped attempt's events are purged (TensorBoard shows each round once, the new values)."""
     from fedray.algorithms import ALGORITHMS
     from fedray.algorithms.fedavg import FedAvg
 
@@ -183,7 +187,16 @@ def test_a_run_that_stopped_before_its_first_checkpoint_starts_again_on_resume(t
     err = capsys.readouterr().err.strip().splitlines()[-1]
     assert err.endswith(f"no checkpoint was written in {run_dir}") and not (run_dir / CHECKPOINT).exists()
     assert [s for s, _ in read_scalars(run_dir)["eval/accuracy"]] == [1]  # the attempt logged round 1
-    assert main(["resume", str(run_dir), "--no-progress"]) == 0
+    before = {p.name: p.read_bytes() for p in run_dir.iterdir()}
+    assert main(["resume", str(run_dir), "--no-progress"]) == 2
+    assert capsys.readouterr().err.strip() == (
+        f"fedray: error: {run_dir} holds no checkpoint ({CHECKPOINT}) but shows a run's progress (round 1 in its "
+        f"event files): there is nothing to resume from, and nothing was changed; `fedray resume {run_dir} "
+        f"--restart` runs it again from round 1 and discards that")
+    assert {p.name: p.read_bytes() for p in run_dir.iterdir()} == before
+    assert main(["resume", str(run_dir), "--restart", "--no-progress"]) == 0
+    assert f"fedray: --restart: running {run_dir} again from round 1, discarding round 1 in its event files" in \
+        capsys.readouterr().err
     assert main(["run", str(config_file(tmp_path, text)), "--run-dir", str(whole), "--no-progress"]) == 0
     assert read_scalars(run_dir)["eval/accuracy"] == read_scalars(whole)["eval/accuracy"]
     assert len(read_scalars(whole)["eval/accuracy"]) == 3
@@ -323,7 +336,7 @@ def test_resume_refuses_fewer_rounds_than_the_checkpoint_and_a_finished_run(tmp_
     (lambda b: b[:-7], r"is truncated: \d+ bytes of state where the header says \d+"),
     (lambda b: b"", r"is empty \(0 bytes\)"),
     (lambda b: os.urandom(300), "is not a fedray checkpoint"),
-    (lambda b: b[:-1] + bytes([b[-1] ^ 1]), "is damaged: its SHA-256 does not match its header"),
+    (lambda b: b[:-1] + bytes([b[-1] ^ 1]), "is damaged or was edited: its SHA-256 does not match its header"),
 ])
 def test_resume_refuses_a_damaged_checkpoint_and_touches_nothing(tmp_path, capsys, damage, message):
     run_dir = finished_run(tmp_path, 5)
