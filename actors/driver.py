@@ -94,12 +94,14 @@ def connect(runtime: RuntimeConfig) -> bool:
 
 WORKER_DIED = "A worker died or was killed while executing a task"
 RAYLET_DIED = "Raylet is terminated"  # the dashboard agent's report of its node's raylet, with its log's tail
+NODE_DIED = "The node with node id"  # the GCS's report of a node whose heartbeats stopped (its raylet is gone)
 
 
 def quiet_worker_deaths() -> None:
     """Keep Ray's driver from printing on stdout its 10-line "(raylet) A worker died or was killed
     ..." for a client actor that dies, and the 40-odd lines of "(raylet) Raylet is terminated ..."
-    (the tail of the raylet's log, in colour) for a raylet that dies: the run either survives it (a
+    (the tail of the raylet's log, in colour) and the GCS's "(raylet) The node with node id ... has
+    been marked dead" for a raylet that dies: the run either survives it (a
     restarted actor or a lost node, recorded in the text ``runtime/faults``) or stops with one line
     naming it (``raylet_died`` for this machine's raylet; its log stays in the session's folder).
     Ray's other messages print as before."""
@@ -110,7 +112,7 @@ def quiet_worker_deaths() -> None:
         return
 
     def filtered(data, *args, **kwargs):
-        if data.get("pid") == "raylet" and any(str(line).startswith((WORKER_DIED, RAYLET_DIED))
+        if data.get("pid") == "raylet" and any(str(line).startswith((WORKER_DIED, RAYLET_DIED, NODE_DIED))
                                                for line in data.get("lines", ())):
             return None
         return original(data, *args, **kwargs)
