@@ -24,6 +24,7 @@ from fedray.config import save_config
 from fedray.messages import RoundPlan, RoundResult
 from fedray.observers import ByteCounter, Checkpointer, DivergenceGuard, Observer, Step, TensorBoardLog
 from fedray.plugins import load_observers
+from fedray.provenance import provenance
 from fedray.training import combine_parts, evaluate_part
 from fedray.weights import Weights, set_weights
 
@@ -186,6 +187,7 @@ class Federation:
             "executor": self.describe_executor(),
             "server_device": str(ex.device),
             "server_threads": torch.get_num_threads(),  # the round thread's: evaluation, aggregation, distillation
+            "provenance": provenance(self.config),
         }
         if ex.pretrained:
             summary["pretrain"] = {arch: {k: info[k] for k in ("cached", "seconds", "path", "replaced") if k in info}

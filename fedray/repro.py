@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Any, Callable, Hashable, Iterable, Mapping, Optional, Sequence
 
 from fedray.config import Config, load_config
+from fedray.provenance import source
 
 @dataclasses.dataclass
 class Store:
@@ -249,8 +250,8 @@ def invocation(args: argparse.Namespace, specs: list, results: dict, key: Callab
                start: float, **extra: Any) -> dict[str, Any]:
     """What one call of a grid script (options from :func:`grid_arguments`) ran: the specs, trials at
     once, wall time since ``start`` (``time.perf_counter``), run time summed over the trials (for
-    trials finished by an earlier call, their own), Python and processor."""
+    trials finished by an earlier call, their own), Python, processor, and the fedray commit it ran at."""
     return {"only": args.only or [], "jobs": args.jobs or os.cpu_count(), "rounds": args.rounds, "runs": len(specs),
             "wall_s": time.perf_counter() - start, **extra,
             "run_s": sum(results[key(s)]["wall_s"] for s in specs), "python": platform.python_version(),
-            "cpu": cpu_model()}
+            "cpu": cpu_model(), "commit": source()["commit"], "dirty": source()["dirty"]}

@@ -86,6 +86,12 @@ PAPER_HEAD = {"fedavg": ("59.67±0.76", "58.39±0.74", "74.49±0.57", "86.35±0.
 PAPER_SIZES = {(64, 256): "72.01±0.76", (32, 256): "71.61±0.25", (32, 128): "72.09±0.46", (16, 128): "72.43±0.57",
                (32, 64): "70.98±0.85"}  # EMNIST alpha 0.1; FedAvg 66.22±2.58
 
+# the claims (scripts/claims.py), declared before the runs: each FedGen variant against every baseline
+# of Table 1, at every alpha, on PRIMARY (Table 1's measure: the mean of a run's top-5 rounds)
+PROPOSED = ("fedgen", "fedgen_code")
+BASELINES = ("fedavg", "fedprox", "fedensemble", "feddistill", "feddistill_plus", "feddfusion")
+PRIMARY = "top5"
+
 
 def spec(experiment: str, method: str, alpha: float, seed: int, rounds: int, size=None) -> dict:
     overrides = METHODS[method][1] + [f"data.alpha={alpha}", f"federation.rounds={rounds}", "aux.size=5000"]
@@ -119,7 +125,7 @@ def run(args, experiment: str, specs: list[dict]) -> tuple[dict, list]:
     done, failed = run_specs(ROOT / "configs" / "fedgen.yaml", specs, variant, Path(args.sweep) / experiment, record,
                              jobs=args.jobs)
     results = [{**{k: v for k, v in spec.items() if k != "overrides"}, "rounds": r.config.federation.rounds,
-                "history": r.records, "wall_s": r.wall_s} for spec, r in done]
+                "history": r.records, "wall_s": r.wall_s, "provenance": r.summary.get("provenance")} for spec, r in done]
     return {key(r): r for r in results}, failed
 
 

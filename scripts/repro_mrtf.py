@@ -161,6 +161,15 @@ METHODS = {"fedavg": ("FedAvg (PA)", ["algorithm={name: fedavg}"]),
                "training.batch_size=32", "training.weight_decay=0.00001"])}
 
 
+# the claims (scripts/claims.py), declared before the runs: each MrTF variant against every baseline of
+# Fig. 7 that fedray implements, and Fig. 11's ablation steps, in every scene, on PRIMARY (the final
+# round's accuracy: Fig. 7 plots accuracy over the rounds and Table 2 reports the final one)
+PROPOSED = ("mrtf", "mrtf_code")
+BASELINES = ("fedavg", "fedprox", "fedmmd", "scaffold", "fedavgm", "fedadam", "al")
+ABLATION = (("st", "fedavg"), ("st_rd", "st"), ("mrtf", "st_rd"))  # Fig. 11: each module adds accuracy
+PRIMARY = "final"
+
+
 def key(r: dict) -> str:
     seed = r.get("seed", 0)
     return f"{r['split']}/{r['method']}" + (f"/seed{seed}" if seed else "")
@@ -178,7 +187,7 @@ def run_compare(args, rounds: int, splits: list[str], methods: list[str]) -> tup
     done, failed = run_sweep(ROOT / "configs" / "mrtf.yaml", grid, args.seeds, Path(args.sweep) / "compare", record,
                              overrides=[f"federation.rounds={rounds}"], jobs=args.jobs)
     results = [{"split": r.point["split"], "method": r.point["method"], "seed": r.seed, "rounds": rounds,
-                "history": r.records, "wall_s": r.wall_s} for r in done]
+                "history": r.records, "wall_s": r.wall_s, "provenance": r.summary.get("provenance")} for r in done]
     return {key(r): r for r in results}, failed
 
 
