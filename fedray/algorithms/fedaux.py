@@ -15,9 +15,11 @@ Federated Learning", IEEE TNNLS 2021; thesis chapter 7, Algorithms 14 and 15.
 The clients receive h_0 (theta^0 of their architecture) and the features of D^- under it, not the
 raw images (section 7.2: "to save communication"); both are counted in ``comm/bytes_down``.
 sigma^2 = 8 ln(1.25/delta) / (eps^2 lambda^2 (|D_i| + |D^-|)^2) (Alg. 14; eq. 7.13's |D_aux| is a
-typo). The scores are computed once, from the frozen h_0, and kept for the whole run (they are in
-the checkpoint). ``regularization: code`` fits w_i as the authors' code does (sklearn C = 1/lambda:
-J with lambda / N), which spreads the scores far more (see docs/methods.md) at N times the privacy cost.
+typo) for eps < 1; for eps >= 1, where that formula is not proven, the smallest sigma for which
+(eps, delta) holds exactly (Balle and Wang 2018, Theorem 8; :func:`fedray.privacy.dp_sigma`). The
+scores are computed once, from the frozen h_0, and kept for the whole run (they are in the
+checkpoint). ``regularization: code`` fits w_i as the authors' code does (sklearn C = 1/lambda: J
+with lambda / N), which spreads the scores far more (see docs/methods.md) at N times the sensitivity.
 ``normaliser: public`` (the default) departs from Alg. 14 to make its privacy hold: gamma is the
 largest feature norm over the public D^- alone, and each own feature is clipped to norm 1 after
 dividing by it (:mod:`fedray.privacy.certainty` says why Alg. 14's gamma_i voids Theorem 4's bound);
@@ -52,7 +54,7 @@ from fedray.config import Config
 from fedray.distill import predict_features
 from fedray.fold import Sums
 from fedray.messages import ClientTask, ClientUpdate, RoundPlan
-from fedray.privacy import SCORERS, privacy_spent, scorer_from_upload
+from fedray.privacy import SCORERS, dp_mu, privacy_spent, scorer_from_upload
 from fedray.weights import Weights, set_weights
 
 ScorerName = Literal["logistic", "kde", "isolation_forest", "one_class_svm", "svm_rbf", "random", "equal"]
@@ -64,7 +66,7 @@ class FedAUXParams(FusionParams):  # no ``share``: the scores weigh whole models
     eps: Optional[float] = Field(0.1, gt=0)  # (eps, delta) of the released w_i* (eq. 7.10); null: no noise, not private
     delta: float = Field(1e-5, gt=0, lt=1)
     # "paper": w* minimises J (eq. 7.7) exactly; "code": the authors' sklearn C = 1/lambda, i.e. J with
-    # lambda / N: much sharper scores, N times the sensitivity (privacy/epsilon reports eps N)
+    # lambda / N: much sharper scores, N times the sensitivity (privacy/epsilon: the exact eps at delta)
     regularization: Literal["paper", "code"] = "paper"
     # the scorer's normaliser gamma: "public", the largest feature norm over the public negatives D^-,
     # each own feature clipped to norm 1 after it (what makes Theorem 1's (eps, delta) hold); "paper",
@@ -153,6 +155,7 @@ class FedAUX(FedDF):
         self.scores: dict[int, np.ndarray] = {}  # s_i on D_distill (eq. 7.8), fixed for the run
         self.test_scores: dict[int, np.ndarray] = {}  # s_i on the test set, for the weighted-ensemble diagnostic
         n_max = max(len(c.indices) for c in ctx.clients) + (0 if ctx.negatives_x is None else len(ctx.negatives_x))
+        self.n_max = n_max
         self.epsilon, self.delta = privacy_spent(params.scorer, params.noise_eps, params.delta, params.regularization, n_max,
                                                  params.normaliser)
         self.teachers: list[int] = []  # the last round's teacher clients
@@ -230,7 +233,10 @@ class FedAUX(FedDF):
     def summary(self) -> dict[str, Any]:
         return {"privacy": {"scorer": self.params.scorer, "epsilon": self.epsilon, "delta": self.delta,
                             "lambda": self.params.lam, "regularization": self.params.regularization,
-                            "normaliser": self.params.normaliser}}
+                            "normaliser": self.params.normaliser, "n_max": self.n_max,
+                            # Delta / sigma of the noise at the paper's sensitivity: what an exact figure is computed from
+                            "mu": None if math.isinf(self.params.noise_eps)
+                            else dp_mu(self.params.noise_eps, self.params.delta)}}
 
     def top_scored_figure(self, per_client: int = 8):
         """The auxiliary inputs each of a few clients scores highest (FedAUX's empirical-privacy

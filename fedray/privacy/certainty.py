@@ -14,7 +14,10 @@ eqs. 7.6-7.13, Theorem 4, Figs. 7.2-7.4, Appendix C.2).
 with l(z) = log(1 + exp(-z)), t_x = +1 on D_i and -1 on D^-, N = |D_i| + |D^-|. Theorem 1 bounds the
 l2-sensitivity of D_i -> argmin J by 2/(lam N) for features of norm <= 1; the Gaussian mechanism with
 that sensitivity gives the sigma above (the arXiv eq. (10) and thesis eq. 7.13 print |D_aux| in place
-of |D^-|: a typo, Alg. 1 and the TNNLS text have |D^-|).
+of |D^-|: a typo, Alg. 1 and the TNNLS text have |D^-|). That sigma is the classical calibration,
+proven for eps < 1 only; for eps >= 1 :func:`dp_sigma` takes the smallest sigma for which (eps, delta)
+holds exactly (Balle and Wang 2018, Theorem 8; :mod:`fedray.privacy.accounting`), and
+:func:`privacy_spent` reports the exact (eps, delta) of the release.
 
 The normaliser. Theorem 1 holds the feature map fixed between neighbouring data sets, but Alg. 1's
 gamma_i is the largest norm over D_i u D^-: it moves with the client's data, and it is released
@@ -36,11 +39,14 @@ per sample, implemented after thesis Appendix C.2. Only ``logistic`` is private.
 from __future__ import annotations
 
 import dataclasses
+import decimal
 import math
 import pickle
 from typing import Any, Callable, Optional, Protocol
 
 import numpy as np
+
+from fedray.privacy.accounting import gaussian_delta, gaussian_epsilon, gaussian_mu
 
 XI = 1e-8  # xi of eq. 11: keeps every score positive
 
@@ -109,17 +115,34 @@ def fit_certainty(own: np.ndarray, negatives: np.ndarray, lam: float, gamma: Opt
 
 
 def dp_sigma(lam: float, eps: float, delta: float, n: int) -> float:
-    """sigma of the Gaussian mechanism (Alg. 1, eq. 10): sigma^2 = 8 ln(1.25/delta) / (eps^2 lam^2 n^2).
+    """sigma of the Gaussian mechanism (Alg. 1, eq. 10): sigma^2 = 8 ln(1.25/delta) / (eps^2 lam^2 n^2)
+    where eps < 1; where eps >= 1, the smallest sigma for which (eps, delta) holds (:func:`dp_mu`).
 
-    That is 2 ln(1.25/delta) Delta^2 / eps^2 with Theorem 1's sensitivity Delta = 2 / (lam n).
+    The formula is 2 ln(1.25/delta) Delta^2 / eps^2 with Theorem 1's sensitivity Delta = 2 / (lam n).
 
     Args:
         lam: lambda of J.
-        eps: epsilon of the release.
+        eps: epsilon of the release (inf: no noise, sigma 0).
         delta: delta of the release.
         n: |D_i| + |D^-| (not |D_aux|: eq. 10's typo).
     """
-    return math.sqrt(8.0 * math.log(1.25 / delta)) / (eps * lam * n)
+    if eps < 1.0:  # the paper's formula, valid here (Dwork and Roth, Theorem A.1): kept as it was
+        return math.sqrt(8.0 * math.log(1.25 / delta)) / (eps * lam * n)
+    return 2.0 / (lam * n) / dp_mu(eps, delta)
+
+
+def dp_mu(eps: float, delta: float) -> float:
+    """Delta / sigma of :func:`dp_sigma`'s noise, which does not depend on lambda or N.
+
+    The paper's sigma comes from the classical calibration sqrt(2 ln(1.25/delta)) Delta / eps, proven
+    for eps < 1 only (Dwork and Roth 2014, Theorem A.1); at eps 10, delta 1e-5 it gives an exact delta of
+    2.3e-5 (Balle and Wang 2018, Theorem 8). So for eps >= 1 the noise is the analytic calibration,
+    the largest mu at which Theorem 8's delta(eps) is at most delta (:func:`gaussian_mu`): the stated
+    (eps, delta) holds exactly. Below 1 the paper's sigma stays, so runs there do not change.
+    """
+    if eps < 1.0:
+        return eps / math.sqrt(2.0 * math.log(1.25 / delta))
+    return gaussian_mu(eps, delta)
 
 
 def dp_certainty(own: np.ndarray, negatives: np.ndarray, lam: float, eps: float, delta: float,
@@ -350,19 +373,43 @@ def scorer_from_upload(payload: Any) -> Scorer:
 
 def privacy_spent(name: str, eps: float, delta: float, regularization: str = "paper",
                   n_max: int = 1, normaliser: str = "public") -> tuple[float, float]:
-    """(eps, delta) that releasing a ``name`` scorer costs each client: the logistic one's (eps, delta);
-    ``equal`` and ``random`` (0, 0), they release nothing about the data; the others are not private
-    (inf, 1). The logistic scorer fitted with ``regularization: code`` has N times the sensitivity the
-    noise is scaled to, so it spends eps N, N = ``n_max`` the largest |D_i| + |D^-| (a bound that
-    says little once eps N > 1, where the Gaussian mechanism's analysis no longer holds). Under
-    ``normaliser: paper`` gamma_i is released without noise and the map moves with D_i, so no
-    guarantee is known: (inf, 1)."""
+    """(eps, delta) that releasing a ``name`` scorer costs each client, exact for the Gaussian mechanism
+    (Balle and Wang 2018, Theorem 8) at the sensitivity the release really has.
+
+    - ``logistic`` with the paper's J: the noise has mu = Delta/sigma = :func:`dp_mu`, and the pair is
+      (eps, the exact delta at eps). For eps >= 1 that is the configured delta (the noise is calibrated
+      to it); below 1 the paper's classical sigma is conservative and the delta smaller (eps 0.1,
+      delta 1e-5: 2.6e-9).
+    - ``logistic`` with ``regularization: code``: the sensitivity is N times the one the noise is
+      scaled to (N = ``n_max``, the largest |D_i| + |D^-|), so mu is N times :func:`dp_mu`, and the pair
+      is (the exact eps at the configured delta, delta): eps 0.1, delta 1e-5 and N 500 spend eps 96.4,
+      not eps N = 50 (at which the exact delta is 0.59).
+    - ``logistic`` under ``normaliser: paper``: gamma_i is released without noise and the map moves
+      with D_i, so no guarantee is known: (inf, 1). So too without noise (``eps`` inf).
+    - ``equal`` and ``random``: (0, 0), they release nothing about the data; the other scorers are not
+      private: (inf, 1).
+
+    Figures are rounded up to 10 significant digits (a larger eps or delta is as true), so that a
+    delta calibrated to 1e-5 reads 1e-5.
+    """
     if name not in SCORERS:
         raise KeyError(f"unknown scorer {name!r}; known: {', '.join(SCORERS)}")
-    if name == "logistic" and normaliser == "paper":
-        return math.inf, 1.0
-    if name == "logistic":
-        return float(eps) * (n_max if regularization == "code" else 1), float(delta)
     if name in ("equal", "random"):
         return 0.0, 0.0
-    return math.inf, 1.0
+    if name != "logistic" or normaliser == "paper" or math.isinf(eps):
+        return math.inf, 1.0
+    mu = dp_mu(eps, delta)
+    if regularization == "code":
+        spent_eps = gaussian_epsilon(delta, n_max * mu)
+        return (math.inf, 1.0) if math.isinf(spent_eps) else (_round_up(spent_eps), float(delta))
+    spent_delta = gaussian_delta(eps, mu)
+    return (math.inf, 1.0) if spent_delta >= 1.0 else (float(eps), _round_up(spent_delta))
+
+
+def _round_up(x: float, digits: int = 10) -> float:
+    """x rounded up to ``digits`` significant digits (never below x)."""
+    if x == 0 or not math.isfinite(x):
+        return float(x)
+    rounded = float(decimal.Decimal(x).quantize(decimal.Decimal(1).scaleb(math.floor(math.log10(x)) - digits + 1),
+                                                rounding=decimal.ROUND_CEILING))
+    return rounded if rounded >= x else math.nextafter(rounded, math.inf)

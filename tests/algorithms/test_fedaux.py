@@ -12,6 +12,7 @@ from fedray.config import ConfigError, build_config
 from fedray.method import resolve
 from fedray.assembly import assemble
 from fedray.federation import Federation
+from fedray.privacy import gaussian_epsilon, gaussian_mu
 from fedray.tracking import read_scalars
 from fedray.weights import nbytes
 from tests.distill.folding import check_folding
@@ -74,9 +75,12 @@ def test_the_codes_regularisation_spreads_the_scores_and_reports_its_true_epsilo
     spread = {name: np.mean([s.std() for s in fed.strategy.scores.values()]) for name, fed in
               (("paper", paper), ("code", code))}
     assert spread["code"] > 4 * spread["paper"], spread
-    # its sensitivity is 2/lambda, N times what the noise is scaled to: eps N, N the largest |D_i| + |D^-|
+    # its sensitivity is 2/lambda, N times what the noise is scaled to (N the largest |D_i| + |D^-|): the
+    # exact eps at delta 1e-5 of N times the noise's mu, far above eps N (tests/test_privacy_accounting.py)
     n_max = max(len(c.indices) for c in code.experiment.clients) + len(code.experiment.data.negatives_x)
-    assert code.strategy.epsilon == pytest.approx(10.0 * n_max) and paper.strategy.epsilon == 10.0
+    exact = gaussian_epsilon(1e-5, n_max * gaussian_mu(10.0, 1e-5))
+    assert code.strategy.epsilon == pytest.approx(exact, rel=1e-9) and code.strategy.epsilon > 10.0 * n_max
+    assert code.strategy.delta == 1e-5 and paper.strategy.epsilon == 10.0
 
 
 def test_eps_null_releases_w_without_noise_and_reports_no_guarantee(tmp_path):
