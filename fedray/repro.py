@@ -255,3 +255,89 @@ def invocation(args: argparse.Namespace, specs: list, results: dict, key: Callab
             "wall_s": time.perf_counter() - start, **extra,
             "run_s": sum(results[key(s)]["wall_s"] for s in specs), "python": platform.python_version(),
             "cpu": cpu_model(), "commit": source()["commit"], "dirty": source()["dirty"]}
+
+
+class MixedRuns(ValueError):
+    """Runs that a table would mix: ran at different commits or on a tree that differed from its
+    commit, or paired runs that saw different held-back data."""
+
+
+def origin(runs: Iterable[dict[str, Any]], what: str) -> Optional[str]:
+    """The one fedray commit that every run of a table ran at (each recorded run's ``provenance``,
+    :mod:`fedray.provenance`), or None where no run recorded one (runs saved before runs carried
+    their commit: their table says so and gives no verdict).
+
+    Raises:
+        MixedRuns: (one line naming ``what``) some runs carry a commit and some do not, they ran at
+            different commits, or one ran on a tree that differed from its commit.
+    """
+    runs = list(runs)
+    known = [r["provenance"] for r in runs if r.get("provenance")]
+    if not known:
+        return None
+    if len(known) < len(runs):
+        raise MixedRuns(f"{what}: {len(runs) - len(known)} of {len(runs)} runs carry no commit; re-run them")
+    dirty = [p["commit"] for p in known if p.get("dirty") is not False or not p.get("commit")]
+    if dirty:
+        raise MixedRuns(f"{what}: {len(dirty)} runs ran on a tree that differs from its commit (or outside a "
+                        "checkout); re-run them from a clean checkout")
+    commits = sorted({p["commit"] for p in known})
+    if len(commits) > 1:
+        raise MixedRuns(f"{what}: the runs ran at {len(commits)} commits ({', '.join(c[:9] for c in commits)}); "
+                        "re-run them in one call")
+    return commits[0]
+
+
+def check_pairing(a: dict[str, Any], b: dict[str, Any], what: str) -> None:
+    """Two runs paired by seed must have seen the same split and the same held-back (auxiliary)
+    data: MixedRuns (one line naming ``what``) where their recorded seeds say otherwise. Runs
+    without provenance are not checked (and give no verdict)."""
+    pa, pb = a.get("provenance"), b.get("provenance")
+    if pa and pb:
+        for seed in ("split", "aux"):
+            if pa["seeds"][seed] != pb["seeds"][seed]:
+                raise MixedRuns(f"{what}: paired runs saw different {seed} seeds ({pa['seeds'][seed]} and "
+                                f"{pb['seeds'][seed]})")
+
+
+def commit_text(commit: Optional[str]) -> str:
+    """How a table names where its runs came from: ``commit 2c80048c1`` or that none was recorded."""
+    return f"commit `{commit[:9]}`" if commit else "commit not recorded (runs saved before runs carried their commit)"
+
+
+def setup_rows(config: Config, paper: Mapping[str, str]) -> list[list[str]]:
+    """A page's setup, read from its config (so that the page cannot drift from what ran): one row
+    per setting with our value and the paper's (``paper``, keyed by the row's name; a row the paper
+    does not state shows ``-``). Rows: data set, clients, clients per round, rounds, model, local
+    training, test set, auxiliary data and distillation (where the method has them)."""
+    fed, train, data = config.federation, config.training, config.data
+    models = ", ".join(f"{n} x {arch}" if len(fed.architectures) > 1 else arch for arch, n in fed.architectures.items())
+    local = (f"{train.optimizer}, lr {train.lr:g}" + (f", momentum {train.momentum:g}" if train.momentum else "")
+             + f", batch {train.batch_size}, " + (f"{train.steps} steps" if train.steps else f"{train.epochs} epoch"
+                                                   + ("s" if train.epochs > 1 else "")))
+    split = {"iid": "iid", "dirichlet": f"Dirichlet alpha {data.alpha:g}",
+             "shards": f"{data.classes_per_client} classes per client", "natural": "by user"}[data.partition]
+    ours = {"data set": f"{data.dataset} ({split})", "clients": str(fed.num_clients),
+            "clients per round": str(fed.clients_per_round), "rounds": str(fed.rounds), "model": models,
+            "local training": local,
+            "test set": f"the first {data.test_limit:,} test samples" if data.test_limit else "the whole test set"}
+    aux = config.aux
+    if aux.size:
+        ours["auxiliary data"] = (f"{aux.size:,} unlabelled " + (f"{aux.dataset} samples" if aux.dataset else
+                                                                "training samples carved out before the split"))
+    distill = getattr(config.algorithm, "distill", None)  # a method's distillation settings, as configured
+    if distill:
+        d = distill if isinstance(distill, dict) else vars(distill)
+        amount = f"{d['steps']} steps" if d.get("steps") else f"{d.get('epochs', 1)} epoch over the auxiliary data"
+        ours["distillation"] = (f"{d.get('optimizer', '?')}, lr {d['lr']:g}" if "lr" in d else "the method's defaults") \
+            + (f", batch {d['batch_size']}" if "batch_size" in d else "") + f", {amount}"
+    return [[name, value, paper.get(name, "-")] for name, value in ours.items()]
+
+
+def setup_table(config: Config, paper: Mapping[str, str], deviations: Sequence[tuple[str, str]] = ()) -> list[str]:
+    """:func:`setup_rows` as a markdown table, then every deviation from the paper with its reason
+    (``(what, why)``) as a list."""
+    lines = markdown_table(["setting", "ours", "paper"], setup_rows(config, paper))
+    if deviations:
+        lines += ["", "Deviations from the paper, and why:", ""] + [f"- {what}: {why}" for what, why in deviations]
+    return lines

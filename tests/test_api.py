@@ -50,6 +50,25 @@ def test_a_run_from_a_dict_gives_its_result(finished):
     assert fedray.Result.load(result.run_dir).summary == saved
 
 
+def test_a_result_says_where_it_came_from(finished):
+    from fedray.config import load_config
+    from fedray.provenance import PACKAGE, config_hash
+
+    result, _ = finished
+    prov = result.summary["provenance"]
+    config = load_config(result.run_dir / "config.yaml")
+    assert prov["config_sha256"] == config_hash(config.to_dict()) != config_hash({**config.to_dict(), "seed": 1})
+    assert prov["seeds"] == {"run": config.seed, "init": config.model_seed, "split": config.data.seed,
+                             "aux": config.aux.seed}
+    head = subprocess.run(["git", "-C", str(PACKAGE), "rev-parse", "HEAD"], capture_output=True, text=True)
+    if (PACKAGE.parent / ".git").exists() and head.returncode == 0:  # a checkout: its commit, and whether it changed
+        changed = subprocess.run(["git", "-C", str(PACKAGE.parent), "status", "--porcelain", "--untracked-files=no"],
+                                 capture_output=True, text=True).stdout.strip()
+        assert prov["commit"] == head.stdout.strip() and prov["dirty"] is bool(changed)
+    else:
+        assert prov["commit"] is None
+
+
 def test_the_models_are_the_checkpoints_and_score_the_final_accuracy(finished):
     result, _ = finished
     models = result.models()

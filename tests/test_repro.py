@@ -3,6 +3,7 @@ files, the scripts' arguments and records (its sweeps run on Ray in tests/integr
 
 import json
 import time
+from pathlib import Path
 
 import pytest
 
@@ -92,3 +93,39 @@ def test_invocation_sums_the_runs_it_made_and_names_the_machine(tmp_path):
                       warm_s=1.0)
     assert (done["only"], done["jobs"], done["runs"], done["run_s"], done["warm_s"]) == (["a"], 2, 2, 5.5, 1.0)
     assert 4 <= done["wall_s"] < 60 and done["cpu"] == cpu_model() != ""
+
+
+def _run(commit="a" * 40, dirty=False, split=0, aux=0):
+    return {"provenance": {"commit": commit, "dirty": dirty, "seeds": {"run": 0, "init": 0, "split": split, "aux": aux}}}
+
+
+def test_a_table_comes_from_one_clean_commit_or_refuses_to_build():
+    from fedray.repro import MixedRuns, check_pairing, commit_text, origin
+
+    assert origin([_run(), _run()], "t") == "a" * 40 and commit_text("a" * 40) == "commit `aaaaaaaaa`"
+    assert origin([{}, {"provenance": None}], "t") is None and "not recorded" in commit_text(None)
+    with pytest.raises(MixedRuns, match=r"^Table 1: the runs ran at 2 commits \(aaaaaaaaa, bbbbbbbbb\); re-run them"):
+        origin([_run(), _run("b" * 40)], "Table 1")
+    with pytest.raises(MixedRuns, match=r"^t: 1 of 2 runs carry no commit"):
+        origin([_run(), {}], "t")
+    with pytest.raises(MixedRuns, match="differs from its commit"):
+        origin([_run(), _run(dirty=True)], "t")
+    with pytest.raises(MixedRuns, match="differs from its commit"):  # outside a checkout: no commit to name
+        origin([_run(commit=None, dirty=None)], "t")
+    check_pairing(_run(split=3, aux=3), _run(split=3, aux=3), "t")
+    check_pairing(_run(), {}, "t")  # unrecorded runs are not checked (and give no verdict)
+    with pytest.raises(MixedRuns, match=r"paired runs saw different aux seeds \(0 and 2\)"):
+        check_pairing(_run(split=2, aux=0), _run(split=2, aux=2), "t")
+
+
+def test_the_setup_table_is_read_from_the_config():
+    from fedray.config import load_config
+    from fedray.repro import setup_table
+
+    config = load_config(Path(__file__).resolve().parents[1] / "configs" / "repro_fedaux_table71_fmnist.yaml",
+                         ["data.test_limit=2000", "federation.rounds=7"])
+    lines = setup_table(config, {"rounds": "100", "model": "ResNet-8"}, [("the MLP", "two cores")])
+    assert "| rounds | 7 | 100 |" in lines and "| model | mlp | ResNet-8 |" in lines
+    assert "| test set | the first 2,000 test samples | - |" in lines
+    assert "| distillation | adam, lr 0.001, batch 128, 1 epoch over the auxiliary data | - |" in lines
+    assert lines[-1] == "- the MLP: two cores"

@@ -36,3 +36,21 @@ def test_paired_pairs_by_seed_and_words_the_verdict_by_the_interval():
     assert paired({0: 80.4}, {0: 80.9}).verdict == "one seed"
     with pytest.raises(ValueError, match=r"no seed in common: A ran \[1\], B ran \[0\]"):
         paired({1: 1.0}, {0: 1.0})
+
+
+def test_bonferroni_spreads_the_family_level_over_its_claims():
+    from fedray.stats import bonferroni
+
+    assert bonferroni(1) == pytest.approx(0.95, abs=1e-15) and bonferroni(10) == pytest.approx(0.995, abs=1e-15)
+    assert bonferroni(48) == pytest.approx(1 - 0.05 / 48, abs=1e-15)
+    with pytest.raises(ValueError, match="at least one claim"):
+        bonferroni(0)
+    # five seeds: t(1 - 0.0025, 4) = 5.59757 (tables: t_{0.9975, 4}); the corrected interval is wider
+    values = [10, 12, 11, 13, 9]
+    ten = interval(values, bonferroni(10))
+    assert ten.half_width == pytest.approx(5.597568 * 1.5811388 / math.sqrt(5), rel=1e-5)
+    # a difference that holds alone (2.1 [0.6, 3.6]) is not shown in a family of ten
+    p = paired({s: 2.0 + d for s, d in enumerate([0, 1, -1, 2, -2])}, {s: 0.0 for s in range(5)})
+    assert p.verdict == "holds"
+    q = paired({s: 2.0 + d for s, d in enumerate([0, 1, -1, 2, -2])}, {s: 0.0 for s in range(5)}, bonferroni(10))
+    assert q.difference.low < 0 and q.verdict == "not shown"
