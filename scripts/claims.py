@@ -144,7 +144,7 @@ def fedgen_family() -> Family:
                 claims.append(Claim(mod.METHODS[a][0], mod.METHODS[b][0], f"alpha {alpha:g}",
                                     by_seed(runs, method=a, alpha=alpha), by_seed(runs, method=b, alpha=alpha),
                                     field.get(a, "accuracy"), field.get(b, "accuracy")))
-    return Family("FedGen, Table 1 (`scripts/repro_fedgen.py --only table1`)", "repro_fedgen.json", mod.PRIMARY,
+    return Family("FedGen, Table 1 (`scripts/repro_fedgen.py --family`)", "repro_fedgen.json", mod.PRIMARY,
                   "final", claims)
 
 

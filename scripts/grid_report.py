@@ -1,5 +1,6 @@
-"""What the pages of the grid scripts share (``fedaux_report.py``, ``distill_report.py``): a recorded
-run's accuracy by round, its maximum and its last, and the paragraph on how long the grid took.
+"""What the pages of the reproduction scripts share: a recorded run's accuracy by round, its maximum
+and its last, the paragraph on how long the grid took, the setup table of a page (its config beside
+the paper's setting, with every deviation and its reason) and the commit a table's runs ran at.
 
 A run is what a grid script saved of it in its .json: ``history`` holds one record a round, where a
 tag's value is None in a round that did not measure it.
@@ -7,7 +8,11 @@ tag's value is None in a round that did not measure it.
 
 from __future__ import annotations
 
-from typing import Callable
+from pathlib import Path
+from typing import Callable, Mapping, Sequence
+
+from fedray.config import load_config
+from fedray.repro import MixedRuns, commit_text, origin, setup_table
 
 
 def accuracies(r: dict, tag: str = "accuracy") -> list[float]:
@@ -42,3 +47,24 @@ def wall_time(meta: dict, describe: Callable[[dict], str], brackets: bool) -> li
     return [f"Wall time: **{sum(i['wall_s'] for i in done) / 60:.1f} min** in all"
             + (f" ({calls})" if brackets else f", {calls}")
             + f"; {sum(i['run_s'] for i in done) / 60:.1f} min of run time summed over the runs.", ""]
+
+
+def setup(config: Path, overrides: Sequence[str], paper: Mapping[str, str],
+          deviations: Sequence[tuple[str, str]] = ()) -> list[str]:
+    """The setup table of a page: ``config`` loaded with the ``overrides`` its runs used
+    (:func:`fedray.repro.setup_table`), the paper's setting beside it, then each deviation and why."""
+    return setup_table(load_config(config, list(overrides)), paper, deviations) + [""]
+
+
+def where(runs, what: str) -> str:
+    """The commit a table's runs ran at (:func:`fedray.repro.origin`, worded by
+    :func:`fedray.repro.commit_text`), or why they do not make one table."""
+    try:
+        return commit_text(origin(runs, what))
+    except MixedRuns as e:
+        return f"runs that do not make one table: {e}"
+
+
+def runs_line(runs, what: str) -> list[str]:
+    """The line under a table that names the commit its runs ran at."""
+    return ["", f"Runs: {where(runs, what)}."]

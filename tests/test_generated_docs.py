@@ -1,9 +1,10 @@
 """Every reproduction number in docs/ is what scripts/docs.py generates from the recorded runs' JSON:
-each reproduction page, the summary table and the claims table of docs/reproductions.md. A changed
-run, or a hand-edited number, fails here."""
+each reproduction page, the summary table, the notes and the claims table of docs/reproductions.md. A
+changed run, or a hand-edited number, fails here."""
 
 import importlib.util
 import json
+import re
 import sys
 from pathlib import Path
 
@@ -14,6 +15,7 @@ def script(name):
     sys.path.insert(0, str(ROOT / "scripts"))
     spec = importlib.util.spec_from_file_location(name, ROOT / "scripts" / f"{name}.py")
     module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module  # its dataclasses look their module up
     spec.loader.exec_module(module)
     return module
 
@@ -40,13 +42,62 @@ def test_a_hand_edited_number_is_found(tmp_path, monkeypatch):
     assert docs.page_text("repro_fig41.md") != text
 
 
-def test_the_claims_table_words_each_claim_by_its_interval():
-    rows = {tuple(cell.strip() for cell in line.split("|")[1:3]): line for line in script("claims").table()[2:]}
-    # the statements issue 34 found unsupported, as the JSON has them now
-    assert rows["MrTF (paper's rules) > FedDF (AL)", "MrTF, alpha 1"].count("0 of 5; **reversed**") == 2
-    assert rows["MrTF (paper's rules) > FedAvg", "MrTF, alpha 0.1"].count("**not shown**") == 2
-    assert "**holds**" not in rows["FedDF+P > FedDF", "FedAUX, alpha 0.01, C = 0.4 (splits vary)"]
-    assert rows["FedDF+P > FedDF", "FedAUX, alpha 0.01, C = 0.8 (splits vary)"].count("**holds**") == 2
-    # five seeds each (seeds 1-4 added in stop 47): above FedAvg at alpha 0.1 in both measures, no difference at 1
-    assert rows["FedEnsemble > FedAvg", "FedGen Table 1, alpha 0.1"].count("5 of 5; **holds**") == 2
-    assert rows["FedEnsemble > FedAvg", "FedGen Table 1, alpha 1"].count("**not shown**") == 2
+def _runs(values, commit="c" * 40, aux=None):
+    return {seed: {"history": [{"accuracy": v / 100}], "provenance": {
+        "commit": commit, "dirty": False, "seeds": {"run": seed, "init": seed, "split": seed,
+                                                    "aux": seed if aux is None else aux}}}
+            for seed, v in enumerate(values)}
+
+
+def test_a_family_is_tested_at_its_corrected_level_from_one_commit():
+    claims = script("claims")
+    steady = claims.Claim("A", "B", "s", _runs([52.0, 53.0, 51.0, 52.5, 51.5]), _runs([50.0] * 5))
+    one = claims.test(claims.Family("one", "x.json", "final", "best", [steady]))
+    assert one.commit == "c" * 40 and one.level == 0.95 and one.rows[0][3] == "holds"
+    # the same claim among 48: its interval at 1 - 0.05/48 holds zero
+    many = claims.test(claims.Family("many", "x.json", "final", "best", [steady] * 48))
+    assert many.level == 1 - 0.05 / 48 and {v for *_, v in many.rows} == {"not shown"}
+    assert many.rows[0][1].difference.low < 0 < many.rows[0][1].difference.high
+    # runs of two commits, or pairs on different held-back data, do not make a family
+    mixed = claims.Claim("A", "B", "s", _runs([52.0, 53.0]), _runs([50.0, 50.9], commit="d" * 40))
+    refused = claims.test(claims.Family("mixed", "x.json", "final", "best", [mixed]))
+    assert "ran at 2 commits" in refused.refused and not refused.rows
+    assert "**Not built**" in "\n".join(claims.family_lines(refused))
+    aux = claims.Claim("A", "B", "s", _runs([52.0, 53.0]), _runs([50.0, 50.9], aux=0))
+    assert "different aux seeds (1 and 0)" in claims.test(claims.Family("aux", "x.json", "final", "best", [aux])).refused
+    # runs saved before runs carried their commit: statistics, but no verdict
+    legacy = claims.Claim("A", "B", "s", {s: {"history": r["history"]} for s, r in steady.a_runs.items()},
+                          {s: {"history": r["history"]} for s, r in steady.b_runs.items()})
+    old = claims.test(claims.Family("old", "x.json", "final", "best", [legacy]))
+    assert old.commit is None and old.rows[0][3] == claims.WITHHELD
+
+
+def test_the_claims_table_words_each_claim_by_its_corrected_interval():
+    results = {t.family.title.split(",")[0]: t for t in script("claims").tested()}
+    # every headline comparison of each table: both FedAUX variants against the 8 baselines at 3 C ...
+    assert set(results) == {"FedAUX", "MrTF", "FedGen", "Thesis Table 6.2", "Thesis Table 5.1"}
+    assert len(results["FedGen"].rows) == 2 * 6 * 3 and len(results["MrTF"].rows) == 2 * 7 * 4
+    # the runs recorded before runs carried their commit give no verdict
+    for name in ("MrTF", "FedGen"):
+        assert {v for *_, v in results[name].rows} == {script("claims").WITHHELD}
+    assert {v for *_, v in results["Thesis Table 6.2"].rows} == {"one seed"}
+
+
+def test_the_notes_are_computed_from_the_json(monkeypatch):
+    """The notes of reproductions.md (between their markers) come from the runs: a moved number moves them,
+    and outside the generated block the notes type no number of their own."""
+    docs = script("docs")
+    text = (docs.DOCS / docs.SUMMARY).read_text()
+    block = text[text.index(docs.NOTES_START):text.index(docs.NOTES_END)]
+    assert block.strip() == "\n".join([docs.NOTES_START, *docs.notes()])
+    saved = docs.load("repro_cfl.json")
+    byzantine = next(r for r in saved if r["experiment"] == "table62/byzantine" and r["method"] == "CFL")
+    before = "\n".join(docs.notes())
+    for h in byzantine["history"]:
+        h["accuracy"] = None if h["accuracy"] is None else h["accuracy"] - 0.01
+    real = docs.load
+    monkeypatch.setattr(docs, "load", lambda name: saved if name == "repro_cfl.json" else real(name))
+    assert "\n".join(docs.notes()) != before
+    notes = text[text.index("## Notes"):]
+    hand = notes[:notes.index(docs.NOTES_START)] + notes[notes.index(docs.NOTES_END):]
+    assert not re.search(r"\d\.\d|\d%", hand), "a number in the notes outside their generated block"
