@@ -33,6 +33,14 @@ def test_parameter_counts(name, mnist, cifar):
     assert n_params(create_model(name, (3, 32, 32), 10)) == cifar
 
 
+def test_resnet8_at_fedaux_widths_is_the_papers_49m_net():
+    # torchvision's ResNet with one BasicBlock a stage (64-128-256-512), 3x3 stride-1 stem, no max-pool:
+    # stem 1,728 + 128; blocks 73,984 / 230,144 / 919,040 / 3,673,088 (with 1x1 shortcuts); fc 5,130
+    assert n_params(create_model("resnet8", (3, 32, 32), 10, widths=[64, 128, 256, 512])) == 4_903_242
+    with pytest.raises(ValueError, match="widths are the stages' channels"):
+        create_model("resnet8", (3, 32, 32), 10, widths=[])
+
+
 SHAPE_CASES = [(n, s) for n in model_names() for s in IMAGE_SHAPES] + [(n, (60,)) for n in FLAT_MODELS]
 
 
