@@ -341,3 +341,11 @@ def setup_table(config: Config, paper: Mapping[str, str], deviations: Sequence[t
     if deviations:
         lines += ["", "Deviations from the paper, and why:", ""] + [f"- {what}: {why}" for what, why in deviations]
     return lines
+
+
+def runs_commit_text(runs: Iterable[dict[str, Any]], what: str) -> str:
+    """:func:`commit_text` of the runs' :func:`origin`, or why they do not make one table."""
+    try:
+        return commit_text(origin(runs, what))
+    except MixedRuns as e:
+        return f"runs that do not make one table: {e}"

@@ -282,6 +282,26 @@ def table() -> list[str]:
     return lines[:-1]
 
 
+def verdict_lines(family: Callable[[], Family], what: str, paper: str, digits: int = 1) -> list[str]:
+    """A reproduction page's opening: what holds and what is reversed in ``family`` (``what``: the
+    claims in words), beside the paper's own verdict (``paper``)."""
+    t = test(family())
+    if t.refused:
+        return [f"The claims' runs do not make one family: {t.refused}.", ""]
+    if not t.commit:
+        return ["The claims' runs carry no commit: their differences are shown in reproductions.md's claims table "
+                "without verdicts.", ""]
+    said = {v: [f"{c.a} > {c.b} ({c.scene}: {p.difference.text(digits)})" for c, p, _, verdict in t.rows if verdict == v]
+            for v in ("holds", "reversed")}
+    shown = len(t.rows) - len(said["holds"]) - len(said["reversed"])
+    return [f"**What holds** ({len(t.rows)} claims: {what}, intervals corrected for {len(t.rows)} claims; "
+            f"{commit_text(t.commit)}): "
+            + (f"holds in {len(said['holds'])}: " + "; ".join(said["holds"]) if said["holds"] else "none holds")
+            + ". " + (f"Reversed in {len(said['reversed'])}: " + "; ".join(said["reversed"]) if said["reversed"]
+                      else "None is reversed") + f". Not shown either way: {shown}. {paper} Every interval: "
+            "reproductions.md's claims table.", ""]
+
+
 def main() -> None:
     argparse.ArgumentParser(description=__doc__.split("\n\n")[0]).parse_args()
     print("\n".join(table()))

@@ -33,7 +33,7 @@ sys.path[:0] = [str(ROOT), str(ROOT / "scripts")]
 
 import numpy as np  # noqa: E402
 
-from fedray.repro import MixedRuns, commit_text, listing, origin  # noqa: E402
+from fedray.repro import listing, runs_commit_text  # noqa: E402
 
 # page -> (module in scripts/, its function from the JSON to the page's text, the JSON)
 PAGES = {
@@ -377,15 +377,6 @@ def fedaux_runs(experiment: str) -> Callable[[dict], list[dict]]:
 
 def fedgen_runs(d: dict) -> list[dict]:
     return [r for r in d["results"] if r["experiment"] == "table1"]
-
-
-def where(runs: list[dict], what: str) -> str:
-    """The commit ``runs`` ran at, worded by :func:`fedray.repro.commit_text`; runs that do not make one table
-    (some with a commit and some without, or different commits) say so."""
-    try:
-        return commit_text(origin(runs, what))
-    except MixedRuns as e:
-        return f"runs that do not make one table: {e}"
 
 
 # config | follows | paper | (the JSON, its "ours" cell, its runs)
@@ -987,7 +978,7 @@ def notes() -> list[str]:
     for s in sources:
         data = load(s)
         if data is not None:
-            commits.setdefault(where(ALL_RUNS.get(s, results_of)(data), s), []).append(f"`{s}`")
+            commits.setdefault(runs_commit_text(ALL_RUNS.get(s, results_of)(data), s), []).append(f"`{s}`")
     lines = ["Written by `scripts/docs.py`: every statement about our runs below is computed from the runs' JSON "
              "(the other sentences give the papers' numbers and our settings), and verdicts on one method against "
              "another are left to the claims table. The runs: "
@@ -1010,7 +1001,7 @@ def summary_table() -> list[str]:
         mine = runs(data) if data is not None else []
         cell = (ours(data) if mine else f"no recorded run (`docs/{source}` holds none)" if data is not None
                 else f"no recorded run (`docs/{source}` is missing)")
-        commit = where(mine, source) if mine else "-"
+        commit = runs_commit_text(mine, source) if mine else "-"
         lines.append(f"| {config} | {follows} | {paper} | {cell} | {commit} |")
     return lines
 

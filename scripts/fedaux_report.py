@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 
 from fedray.figures import figure, save_figure
-from fedray.repro import MixedRuns, commit_text, listing, markdown_table, origin, setup_table
+from fedray.repro import listing, markdown_table, runs_commit_text, setup_table
 
 from grid_report import best, command, final, wall_time
 from repro_fedaux import (ALPHAS, CLAIM_METHODS, CLAIM_SEEDS, CONFIG, EPSILONS, LAMBDA_EPSILONS, LAMBDAS, METHODS,
@@ -234,10 +234,15 @@ DEVIATIONS = [
 
 def where(results: dict, experiment: str) -> str:
     """The commit an experiment's runs ran at, in words (or why they do not make one table)."""
-    try:
-        return commit_text(origin([r for r in results.values() if r["experiment"] == experiment], experiment))
-    except MixedRuns as e:
-        return f"runs that do not make one table: {e}"
+    return runs_commit_text([r for r in results.values() if r["experiment"] == experiment], experiment)
+
+
+def verdict_lines() -> list[str]:
+    import claims
+
+    return claims.verdict_lines(claims.fedaux_family, "each FedAUX variant against each baseline of Table I at each C, "
+                                "on the paper's measure (the maximum accuracy)",
+                                "The paper has FedAUX above every baseline at α = 0.01 by 6-51 points.")
 
 
 def claim_config(rate: float = 0.4):
@@ -250,37 +255,13 @@ def claim_config(rate: float = 0.4):
                        + seed_overrides("claim", 0))
 
 
-def verdict_lines() -> list[str]:
-    """What holds at alpha 0.01, from the claims' family (scripts/claims.py), first on the page."""
-    import claims
-
-    t = claims.test(claims.fedaux_family())
-    if t.refused:
-        return [f"The claims' runs do not make one family: {t.refused}.", ""]
-    if not t.commit:
-        return ["The claims' runs carry no commit: their differences are shown in reproductions.md's claims table "
-                "without verdicts.", ""]
-    said = {v: [f"{c.a} > {c.b} ({c.scene}: {p.difference.text()})" for c, p, _, verdict in t.rows if verdict == v]
-            for v in ("holds", "reversed")}
-    shown = len(t.rows) - len(said["holds"]) - len(said["reversed"])
-    return [f"**What holds** at α = 0.01 ({len(t.rows)} claims, each FedAUX variant against each baseline of Table I "
-            f"at each C, on the paper's measure, intervals corrected for {len(t.rows)} claims; {commit_text(t.commit)}): "
-            + (f"holds in {len(said['holds'])}: " + "; ".join(said["holds"]) if said["holds"] else "none holds")
-            + ". " + (f"Reversed in {len(said['reversed'])}: " + "; ".join(said["reversed"]) if said["reversed"]
-                      else "None is reversed") + f". Not shown either way: {shown}. The paper has FedAUX above every "
-            "baseline at α = 0.01 by 6-51 points. Every interval: reproductions.md's claims table.", ""]
-
-
 def claim_lines(results: dict) -> list[str]:
     """Table I at alpha 0.01 from the claims' runs: every method, the seeds varying the split."""
     runs = [r for r in results.values() if r["experiment"] == "claim"]
     if not runs:
         return []
     n = len(CLAIM_SEEDS)
-    try:
-        where = commit_text(origin(runs, "the claim experiment"))
-    except MixedRuns as e:
-        where = f"runs that do not make one table ({e})"
+    origin_text = runs_commit_text(runs, "the claim experiment")
 
     def stat(v: list[float]) -> str:
         return f"{np.mean(v):.1f} ± {np.std(v, ddof=1):.1f}" if len(v) == n else (f"{len(v)} seeds" if v else "n.a.")
@@ -298,7 +279,7 @@ def claim_lines(results: dict) -> list[str]:
              f"{CLAIM_SEEDS[0]}-{CLAIM_SEEDS[-1]}, each seed setting "
              + ("the split, the auxiliary data, the model init, the sampling and pre-training" if varied else
                 "the model init, the sampling and pre-training on one split")
-             + f"; {where}. Paper rows: ResNet-8 on CIFAR-10 with STL-10, 100 rounds, mean ± std.", ""]
+             + f"; {origin_text}. Paper rows: ResNet-8 on CIFAR-10 with STL-10, 100 rounds, mean ± std.", ""]
             + markdown_table(["method", *(f"C={c:g}" for c in RATES)], rows) + [""])
 
 

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Callable, Mapping, Sequence
 
 from fedray.config import load_config
-from fedray.repro import MixedRuns, commit_text, origin, setup_table
+from fedray.repro import runs_commit_text, setup_table
 
 
 def accuracies(r: dict, tag: str = "accuracy") -> list[float]:
@@ -56,15 +56,6 @@ def setup(config: Path, overrides: Sequence[str], paper: Mapping[str, str],
     return setup_table(load_config(config, list(overrides)), paper, deviations) + [""]
 
 
-def where(runs, what: str) -> str:
-    """The commit a table's runs ran at (:func:`fedray.repro.origin`, worded by
-    :func:`fedray.repro.commit_text`), or why they do not make one table."""
-    try:
-        return commit_text(origin(runs, what))
-    except MixedRuns as e:
-        return f"runs that do not make one table: {e}"
-
-
 def runs_line(runs, what: str) -> list[str]:
     """The line under a table that names the commit its runs ran at."""
-    return ["", f"Runs: {where(runs, what)}."]
+    return ["", f"Runs: {runs_commit_text(runs, what)}."]

@@ -44,8 +44,8 @@ from pathlib import Path
 
 import numpy as np
 
-from fedray.repro import (MixedRuns, Store, commit_text, grid_arguments, invocation, markdown_table, origin, report_failed,
-                          run_experiments, run_specs, setup_table)
+from fedray.repro import (Store, grid_arguments, invocation, markdown_table, report_failed, run_experiments, run_specs,
+                          runs_commit_text, setup_table)
 
 ROOT = Path(__file__).resolve().parents[1]
 ALPHAS = (0.05, 0.1, 1.0)
@@ -154,31 +154,11 @@ def cell(runs: list[dict], field: str = "accuracy") -> str:
 
 
 def verdict_lines() -> list[str]:
-    """What holds, from the claims' family (scripts/claims.py), first on the page."""
     import claims
 
-    t = claims.test(claims.fedgen_family())
-    if t.refused:
-        return [f"The claims' runs do not make one family: {t.refused}.", ""]
-    if not t.commit:
-        return ["The claims' runs carry no commit: their differences are shown in reproductions.md's claims table "
-                "without verdicts.", ""]
-    said = {v: [f"{c.a} > {c.b} ({c.scene}: {p.difference.text(2)})" for c, p, _, verdict in t.rows if verdict == v]
-            for v in ("holds", "reversed")}
-    shown = len(t.rows) - len(said["holds"]) - len(said["reversed"])
-    return [f"**What holds** ({len(t.rows)} claims: each FedGen variant against each baseline of Table 1 at each alpha, "
-            f"on the mean of the top-5 rounds, intervals corrected for {len(t.rows)} claims; {commit_text(t.commit)}): "
-            + (f"holds in {len(said['holds'])}: " + "; ".join(said["holds"]) if said["holds"] else "none holds")
-            + ". " + (f"Reversed in {len(said['reversed'])}: " + "; ".join(said["reversed"]) if said["reversed"]
-                      else "None is reversed") + f". Not shown either way: {shown}. The paper has FedGen above every "
-            "baseline on MNIST. Every interval: reproductions.md's claims table.", ""]
-
-
-def where(runs: list[dict], what: str) -> str:
-    try:
-        return commit_text(origin(runs, what))
-    except MixedRuns as e:
-        return f"runs that do not make one table: {e}"
+    return claims.verdict_lines(claims.fedgen_family, "each FedGen variant against each baseline of Table 1 at each "
+                                "alpha, on the mean of the top-5 rounds", "The paper has FedGen above every baseline "
+                                "on MNIST.", digits=2)
 
 
 def page(saved: dict) -> str:
@@ -220,7 +200,7 @@ def page(saved: dict) -> str:
     lines = ["# FedGen against its baselines on Fashion-MNIST (Table 1's MNIST rows, Table 2)", "", *verdict_lines(),
              "## Setup of Table 1's runs", "", *setup_table(setup, PAPER_SETUP, DEVIATIONS), "",
              "## Table 1", "",
-             f"Runs: {where([r for r in done if r['experiment'] == 'table1'], 'table1')}. 20 users, half the training data split by Dirichlet alpha, 10 active a round, 20 local steps of "
+             f"Runs: {runs_commit_text([r for r in done if r['experiment'] == 'table1'], 'table1')}. 20 users, half the training data split by Dirichlet alpha, 10 active a round, 20 local steps of "
              f"batch 32, FedGen's CNN, {'/'.join(map(str, rounds))} rounds (paper: 200). Test accuracy %: mean ± std "
              "over seeds of each run's top-5 rounds (the paper's measure), the final round's mean in brackets; beside "
              "it the paper's MNIST number. FedDistill, whose users keep their own models, is scored as the authors' code scores it "
@@ -241,7 +221,7 @@ def page(saved: dict) -> str:
             head.append([METHODS[method][0]] + [c for i, a in enumerate(ALPHAS4)
                                                 for c in (cell(runs[a], "personal"), cell(runs[a]), PAPER_HEAD[method][i])])
     if head:
-        lines += ["", f"Only the last layer shared (Table 4; {where([r for r in done if r['experiment'] == 'table4'], 'table4')}): the round's users, each with its own feature extractor "
+        lines += ["", f"Only the last layer shared (Table 4; {runs_commit_text([r for r in done if r['experiment'] == 'table4'], 'table4')}): the round's users, each with its own feature extractor "
                   "under the global head, scored as the authors' code scores them (`eval/personal_accuracy`: each user "
                   "on the test samples of the labels it holds, pooled; the paper's numbers come from that code) and "
                   "on the whole test set (the mean over the users; the paper says it uses all test data).",
@@ -249,7 +229,7 @@ def page(saved: dict) -> str:
                                                                                   "whole test set", "paper")], head)]
     if sizes:
         lines += ["", f"Generator sizes [d_eps, d_h] at alpha 0.1 (Table 2; the paper's are EMNIST, FedAvg 66.22±2.58; "
-                  f"{where([r for r in done if r['experiment'] == 'table2'], 'table2')}):",
+                  f"{runs_commit_text([r for r in done if r['experiment'] == 'table2'], 'table2')}):",
                   "", *markdown_table(["[d_eps, d_h]", "ours", "paper (EMNIST)"], sizes)]
     lines += ["", "Written by `scripts/repro_fedgen.py`: " + "; ".join(
         f"{c['runs']} runs ({', '.join(c['only'] or ['all'])}) in {c['wall_s'] / 60:.1f} min with {c['jobs']} "

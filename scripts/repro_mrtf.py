@@ -44,8 +44,8 @@ from fedray.distill import aggregate_teachers
 from fedray.distill.ensemble import predict_logits
 from fedray.distill.refinery import local_share, rectified_target, stabilised_probs
 from fedray.models import create_model
-from fedray.repro import (MixedRuns, Store, commit_text, cpu_model, grid_arguments, invocation, markdown_table, origin,
-                          report_failed, run_sweep, setup_table)
+from fedray.repro import (Store, cpu_model, grid_arguments, invocation, markdown_table, report_failed, run_sweep,
+                          runs_commit_text, setup_table)
 from fedray.training import local_train, set_torch_threads
 from fedray.weights import get_weights, set_weights, weighted_mean
 
@@ -213,31 +213,10 @@ def family_config():
 
 
 def verdict_lines() -> list[str]:
-    """What holds, from the claims' family (scripts/claims.py), first on the page."""
     import claims
 
-    t = claims.test(claims.mrtf_family())
-    if t.refused:
-        return [f"The claims' runs do not make one family: {t.refused}.", ""]
-    if not t.commit:
-        return ["The claims' runs carry no commit: their differences are shown in reproductions.md's claims table "
-                "without verdicts.", ""]
-    said = {v: [f"{c.a} > {c.b} ({c.scene}: {p.difference.text()})" for c, p, _, verdict in t.rows if verdict == v]
-            for v in ("holds", "reversed")}
-    shown = len(t.rows) - len(said["holds"]) - len(said["reversed"])
-    return [f"**What holds** ({len(t.rows)} claims: each MrTF variant against each baseline of Fig. 7 in each scene, "
-            f"on the final accuracy, intervals corrected for {len(t.rows)} claims; {commit_text(t.commit)}): "
-            + (f"holds in {len(said['holds'])}: " + "; ".join(said["holds"]) if said["holds"] else "none holds")
-            + ". " + (f"Reversed in {len(said['reversed'])}: " + "; ".join(said["reversed"]) if said["reversed"]
-                      else "None is reversed") + f". Not shown either way: {shown}. The paper (Fig. 7, plots only) has "
-            "MrTF best in every scene. Every interval: reproductions.md's claims table.", ""]
-
-
-def where(runs: list[dict], what: str) -> str:
-    try:
-        return commit_text(origin(runs, what))
-    except MixedRuns as e:
-        return f"runs that do not make one table: {e}"
+    return claims.verdict_lines(claims.mrtf_family, "each MrTF variant against each baseline of Fig. 7 in each scene, on "
+                                "the final accuracy", "The paper (Fig. 7, plots only) has MrTF best in every scene.")
 
 
 def compare_page(saved: dict) -> str:
@@ -270,7 +249,7 @@ def compare_page(saved: dict) -> str:
              "## Setup of the claims' runs", "", *setup_table(family_config(), PAPER_SETUP, DEVIATIONS), "",
              "## Fig. 7's comparison: the claims' runs", "",
              f"Final test accuracy after {rounds} rounds, %, mean ± std over seeds "
-             f"{FAMILY_SEEDS[0]}-{FAMILY_SEEDS[-1]} (each the run's seed and the split's); {where(fam_runs, 'the family')}. "
+             f"{FAMILY_SEEDS[0]}-{FAMILY_SEEDS[-1]} (each the run's seed and the split's); {runs_commit_text(fam_runs, 'the family')}. "
              "FedDF is the paper's TFL FedDF: AvgLogit targets on the test inputs (the ablation's AL).", "",
              *markdown_table(["method", *SPLITS], rows), "",
              "MrTF's refinement over the round's plain aggregate (refined minus aggregate accuracy, over its runs and "
@@ -279,7 +258,7 @@ def compare_page(saved: dict) -> str:
         other_runs = [r for r in results.values() if r["method"] in others]
         lines += ["", "## The ablation (Fig. 11) and variants of the rules", "",
                   f"Final accuracy %, mean ± std over the seeds run; "
-                  f"{where(other_runs, 'the ablation')}. Not part of the claims' family.", "",
+                  f"{runs_commit_text(other_runs, 'the ablation')}. Not part of the claims' family.", "",
                   *markdown_table(["method", *SPLITS], other_rows)]
     lines += ["", "Written by `scripts/repro_mrtf.py --only compare`: "
               + "; ".join(f"{m['runs']} runs ({', '.join(m['methods'] + m.get('splits', [])) or 'all'}"
