@@ -1018,6 +1018,22 @@ def page_text(page: str) -> str | None:
     return None if data is None else getattr(importlib.import_module(module), function)(data)
 
 
+README = ROOT / "README.md"
+FIRST_START, FIRST_END = "<!-- first-run:start (scripts/docs.py --write) -->", "<!-- first-run:end -->"
+
+
+def first_run(d: dict) -> list[str]:
+    """The README's numbers of a first run, from docs/quickstart.json (scripts/record_quickstart.py)."""
+    acc = [(r["round"], r["accuracy"]) for r in d["rounds"]]
+    first85 = next((n for n, a in acc if a >= 0.85), None)
+    return [f"Recorded with `python scripts/record_quickstart.py` ({runs_commit_text([d], 'the quick-start')}, "
+            f"{d['cpu']}): **{100 * acc[-1][1]:.1f}% test accuracy after {acc[-1][0]} rounds**"
+            + (f", 85% first in round {first85}" if first85 else "") + f", {d['wall_s']:.0f} s for the run. "
+            "Test accuracy by round:", "",
+            "| round | " + " | ".join(str(n) for n, _ in acc) + " |", "|---|" + "---|" * len(acc),
+            "| acc. | " + " | ".join(f"{a:.3f}".lstrip("0") for _, a in acc) + " |"]
+
+
 def generated() -> dict[Path, str]:
     """Every generated page's text, by path (only pages whose JSON exists)."""
     out = {}
@@ -1031,6 +1047,9 @@ def generated() -> dict[Path, str]:
     text = with_block(text, SUMMARY_START, SUMMARY_END, summary_table())
     text = with_block(text, NOTES_START, NOTES_END, notes())
     out[DOCS / SUMMARY] = with_block(text, claims.START, claims.END, claims.table())
+    quick = load("quickstart.json")
+    if quick is not None:
+        out[README] = with_block(README.read_text(), FIRST_START, FIRST_END, first_run(quick))
     return out
 
 
