@@ -3,8 +3,9 @@ it. ``result.json`` carries it as ``provenance``, so that a table built from run
 runs ran at one commit and on the same held-back data (``scripts/claims.py``).
 
 The commit is read from the git checkout fedray is imported from (``git rev-parse HEAD``); ``dirty``
-says whether its tracked files differ from that commit, in which case the commit alone does not
-reproduce the run. Where fedray is not a git checkout (an installed wheel, a Ray job's uploaded
+says whether its tracked files outside ``docs/`` differ from that commit, in which case the commit
+alone does not reproduce the run (``docs/`` holds no code, and is where the reproduction scripts
+write their results while their runs go on). Where fedray is not a git checkout (an installed wheel, a Ray job's uploaded
 working directory without ``.git``), ``commit`` is None and the package version stands in.
 """
 
@@ -38,8 +39,8 @@ def source() -> dict[str, Any]:
         # only a checkout whose top holds this very package: not some enclosing repository
         if top.returncode == 0 and len(lines) == 2 and Path(lines[0]).resolve() == PACKAGE.parent:
             commit = lines[1]
-            status = subprocess.run(["git", "-C", lines[0], "status", "--porcelain", "--untracked-files=no"],
-                                    capture_output=True, text=True, timeout=60)
+            status = subprocess.run(["git", "-C", lines[0], "status", "--porcelain", "--untracked-files=no", "--",
+                                     ".", ":(exclude)docs"], capture_output=True, text=True, timeout=60)
             dirty = bool(status.stdout.strip()) if status.returncode == 0 else None
     except (OSError, subprocess.TimeoutExpired):
         pass

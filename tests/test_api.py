@@ -62,8 +62,8 @@ def test_a_result_says_where_it_came_from(finished):
                              "aux": config.aux.seed}
     head = subprocess.run(["git", "-C", str(PACKAGE), "rev-parse", "HEAD"], capture_output=True, text=True)
     if (PACKAGE.parent / ".git").exists() and head.returncode == 0:  # a checkout: its commit, and whether it changed
-        changed = subprocess.run(["git", "-C", str(PACKAGE.parent), "status", "--porcelain", "--untracked-files=no"],
-                                 capture_output=True, text=True).stdout.strip()
+        changed = subprocess.run(["git", "-C", str(PACKAGE.parent), "status", "--porcelain", "--untracked-files=no",
+                                  "--", ".", ":(exclude)docs"], capture_output=True, text=True).stdout.strip()
         assert prov["commit"] == head.stdout.strip() and prov["dirty"] is bool(changed)
     else:
         assert prov["commit"] is None
