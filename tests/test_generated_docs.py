@@ -77,6 +77,18 @@ def test_the_claims_table_words_each_claim_by_its_corrected_interval():
     # every headline comparison of each table: both FedAUX variants against the 8 baselines at 3 C ...
     assert set(results) == {"FedAUX", "MrTF", "FedGen", "Thesis Table 6.2", "Thesis Table 5.1"}
     assert len(results["FedGen"].rows) == 2 * 6 * 3 and len(results["MrTF"].rows) == 2 * 7 * 4
+    # FedAUX's Table I at alpha 0.01, five split seeds, one call at one commit: 48 claims at 1 - 0.05/48
+    fedaux = results["FedAUX"]
+    assert fedaux.commit.startswith("2c8004899") and len(fedaux.rows) == 2 * 8 * 3 and fedaux.level == 1 - 0.05 / 48
+    said = {(c.a, c.b, c.scene): v for c, _, _, v in fedaux.rows}
+    assert {k for k, v in said.items() if v == "holds"} == {
+        ("FedAUX (code's C)", "FedDF", "alpha 0.01, C = 0.4"), ("FedAUX (code's C)", "FedDF+P", "alpha 0.01, C = 0.4"),
+        ("FedAUX", "FedDF", "alpha 0.01, C = 0.8"), ("FedAUX (code's C)", "FedDF", "alpha 0.01, C = 0.8"),
+        ("FedAUX (code's C)", "FedDF+P", "alpha 0.01, C = 0.8")}
+    # the paper's FedAUX below FedProx with and without pre-training where C = 0.2; the rest not shown
+    assert {k for k, v in said.items() if v == "reversed"} == {
+        ("FedAUX", "FedProx", "alpha 0.01, C = 0.2"), ("FedAUX", "FedProx+P", "alpha 0.01, C = 0.2")}
+    assert list(said.values()).count("not shown") == 41
     # the runs recorded before runs carried their commit give no verdict
     for name in ("MrTF", "FedGen"):
         assert {v for *_, v in results[name].rows} == {script("claims").WITHHELD}
