@@ -2,6 +2,9 @@
 ours beside the papers', and sentences computed from the runs, never notes typed in from an earlier
 run) and .png, from the runs scripts/repro_distill.py recorded in docs/repro_distill.json
 (``--plot-only`` writes them anew from that file alone). The interpretation is in docs/reproductions.md.
+
+A cell of Tables 5.1 and 5.2 shows its one seed's run, or the mean ± std over its seeds (each the run's
+seed and the split's) where several are saved.
 """
 
 from __future__ import annotations
@@ -15,7 +18,7 @@ from fedray.repro import listing, markdown_table
 
 from grid_report import accuracies, best, command, final, runs_line, setup, wall_time
 from repro_distill import (ALPHAS, ALPHAS51, ALPHAS52, ARCHS, COMPARE, LR_CHECK, LR_CHECK_ALPHA, METHODS, METHODS52,
-                           MODES, TABLE51, TABLE52)
+                           MODES, TABLE51, TABLE52, TARGETS52)
 
 # Table 5.1: maximum accuracy (%) in 50 rounds, 20 clients, C = 20%; (init previous, init random, dual)
 PAPER51 = {"MNIST (LeNet)": {100.0: (98.1, 96.7, 97.8), 1.0: (97.9, 96.4, 97.5), 0.1: (92.6, 90.1, 92.7)},
@@ -25,9 +28,6 @@ PAPER51 = {"MNIST (LeNet)": {100.0: (98.1, 96.7, 97.8), 1.0: (97.9, 96.4, 97.5),
 PAPER_I = {"fedavg": {0.01: 23.6, 100.0: 82.2}, "feddf": {0.01: 27.8, 100.0: 81.4}, "fedbe": {0.01: 25.7, 100.0: 82.0}}
 ARCH_LABELS = {"one": "MLP (2NN)", "three": "LogReg / MLP / LSTM-64"}
 
-# the target accuracy per alpha (%): a few points under the maximum of most methods, chosen after seeing the
-# curves (the .md says so)
-TARGETS52 = {100.0: 81.0, 1.0: 80.0, 0.1: 63.0}
 # Table 5.2, (model, alpha, target %): MB (1e6 bytes, per client: one client's cumulative transfers) up, then
 # down, to first reach the target; FA FD CFD-1-32 CFD_delta-1-32 CFD-1-1 CFD_delta-1-1, the round in brackets
 # (given for the non-delta columns only). The digest notes that the VGG-16 rows' labels were garbled in the source.
@@ -89,6 +89,67 @@ def deviations_i(results: dict[str, dict]) -> list[tuple[str, str]]:
 
 
 # -- summaries ---------------------------------------------------------------------------------------
+EXPERIMENTS = {"table51": "Table 5.1", "table52": "Table 5.2", "lrcheck": "the lr check",
+               "compare": "FedAUX Table I's protocol"}
+
+
+def seed_of(r: dict) -> int:
+    """A run's seed (runs saved before seeds were kept: 0)."""
+    return r.get("seed") or 0
+
+
+def cell_runs(results: dict[str, dict], experiment: str, method: str, alpha: float) -> list[dict]:
+    """The runs of one cell of Table 5.1 or 5.2, one a seed, in seed order."""
+    return sorted((r for r in results.values() if r["experiment"] == experiment and r["method"] == method
+                   and r["alpha"] == alpha), key=seed_of)
+
+
+def seeds_text(seeds) -> str:
+    """``seed 0``, ``seeds 0-4`` or ``seeds 0 and 2``."""
+    seeds = sorted(seeds)
+    if len(seeds) == 1:
+        return f"seed {seeds[0]}"
+    if len(seeds) > 2 and seeds == list(range(seeds[0], seeds[-1] + 1)):
+        return f"seeds {seeds[0]}-{seeds[-1]}"
+    return f"seeds {listing(map(str, seeds))}"
+
+
+def f1(v: float) -> str:
+    return f"{v:.1f}"
+
+
+def f2(v: float) -> str:
+    return f"{v:.2f}"
+
+
+def spread(values: list[float], fmt, missing: str = "n.a.") -> str:
+    """One seed's value as ``fmt`` writes it; several seeds' mean ± std (a std within rounding of the mean's
+    last digits, 0); ``missing`` where none has one."""
+    if not values:
+        return missing
+    if len(values) == 1:
+        return fmt(values[0])
+    mean, std = float(np.mean(values)), float(np.std(values, ddof=1))
+    return f"{fmt(mean)} ± {fmt(std if std > 1e-9 * abs(mean) else 0.0)}"
+
+
+def rounds_text(rounds: list[int]) -> str:
+    """Rounds of several seeds: ``12`` or ``9-14``."""
+    return f"{min(rounds)}" if min(rounds) == max(rounds) else f"{min(rounds)}-{max(rounds)}"
+
+
+def averaged(runs: list[dict]) -> dict | None:
+    """A run whose every round holds the mean over ``runs`` (seeds of one cell) of each number recorded in
+    all of them: their mean curve; None without runs."""
+    if len(runs) < 2:
+        return runs[0] if runs else None
+    history = []
+    for records in zip(*(r["history"] for r in runs)):
+        history.append({k: float(np.mean([h[k] for h in records])) for k in records[0]
+                        if all(isinstance(h.get(k), (int, float)) for h in records)})
+    return {**runs[0], "history": history}
+
+
 def gain(r: dict, arch: str) -> float | None:
     """Mean over rounds of (accuracy after - before the server distillation), percentage points; only
     rounds in which ``arch`` had participants (otherwise "before" is last round's distilled model, or
@@ -149,12 +210,35 @@ def ranking(values: dict[str, float]) -> str:
 
 
 # -- the page -----------------------------------------------------------------------------------------
-def header_lines(meta: dict) -> list[str]:
+def seeds_line(results: dict[str, dict]) -> str:
+    """How many seeds the cells of each experiment have."""
+    seeds: dict[str, set[int]] = {}
+    for r in results.values():
+        seeds.setdefault(r["experiment"], set()).add(seed_of(r))
+    if all(s == {0} for s in seeds.values()):
+        return "One seed (0) per cell"
+    groups: dict[tuple, list[str]] = {}  # the experiments by their seeds
+    for e, label in EXPERIMENTS.items():
+        if e in seeds:
+            groups.setdefault(tuple(sorted(seeds[e])), []).append(label)
+    text = "; ".join(f"{listing(labels)}: " + (f"one seed ({s[0]}) per cell" if len(s) == 1 else
+                                                f"{seeds_text(s)} per cell (each the run's seed and the split's), "
+                                                "mean ± std over them") for s, labels in groups.items())
+    return text[0].upper() + text[1:]
+
+
+def call_text(i: dict) -> str:
+    """A call of the script (``fedray.repro.invocation``): its options, runs and wall time."""
+    seeds = f" --seeds {' '.join(map(str, i['seeds']))}`" if i.get("seeds", [0]) != [0] else "`"
+    return f"{command(i)[:-1]}{seeds} ({i['runs']} runs) {i['wall_s'] / 60:.1f} min"
+
+
+def header_lines(meta: dict, results: dict[str, dict]) -> list[str]:
     lines = ["# Federated distillation reproductions (issue 5)", "",
              "Machine: 2-core CPU dev machine, no GPU; `runtime.backend: local`, one torch thread per run, "
-             "each run a `fedray sweep` trial, `--jobs` at once (calls before the sweep: a process pool). One seed (0) per cell; the papers report means over 3 runs.", ""]
-    return lines + wall_time(meta, lambda i: f"{command(i)} ({i['runs']} runs) {i['wall_s'] / 60:.1f} min",
-                             brackets=False)
+             "each run a `fedray sweep` trial, `--jobs` at once (calls before the sweep: a process pool). "
+             f"{seeds_line(results)}; the papers report means over 3 runs.", ""]
+    return lines + wall_time(meta, call_text, brackets=False)
 
 
 def table51_lines(results: dict[str, dict]) -> list[str]:
@@ -162,18 +246,21 @@ def table51_lines(results: dict[str, dict]) -> list[str]:
     if not t51:
         return []
     rounds = max(r["rounds"] for r in t51)
-    runs = {(m, a): results.get(f"table51/{m}/{a:g}/one/") for m in MODES for a in ALPHAS51}
+    runs = {(m, a): cell_runs(results, "table51", m, a) for m in MODES for a in ALPHAS51}
+    seeds = sorted({seed_of(r) for r in t51})
+    several = len(seeds) > 1
     cells, orders = [], {}
     for a in ALPHAS51:
-        vals = [best(runs[m, a]) if runs[m, a] else None for m in MODES]
+        vals = [float(np.mean([best(r) for r in runs[m, a]])) if runs[m, a] else None for m in MODES]
         top = max((v for v in vals if v is not None), default=None)
-        cells.append(" / ".join("n.a." if v is None else (f"**{v:.1f}**" if v == top else f"{v:.1f}") for v in vals))
+        texts = [spread([best(r) for r in runs[m, a]], f1) for m in MODES]
+        cells.append(" / ".join(t if v != top else f"**{t}**" for v, t in zip(vals, texts)))
         if None not in vals:
             orders.setdefault(ranking(dict(zip(MODES.values(), vals))), []).append(f"{a:g}")
     maxima = [["Fashion-MNIST (ours, MLP)", *cells]] + [[f"{data}, thesis"] + [
         " / ".join(f"{v}" for v in rows[a]) for a in ALPHAS51] for data, rows in PAPER51.items()]
-    finals = [[label] + [f"{final(r):.1f} (max at {peak(r)})" if r else "n.a." for r in (runs[m, a] for a in ALPHAS51)]
-              for m, label in MODES.items()]
+    finals = [[label] + [f"{spread([final(r) for r in rs], f1)} (max at {rounds_text([peak(r) for r in rs])})"
+                         if rs else "n.a." for rs in (runs[m, a] for a in ALPHAS51)] for m, label in MODES.items()]
     alphas = [f"alpha = {a:g}" for a in ALPHAS51]
     order = "; ".join(f"{o} at alpha = {listing(a)}" for o, a in orders.items())
     return ([f"## Thesis Table 5.1 on Fashion-MNIST: maximum accuracy over {rounds} rounds, %  (`{TABLE51.name}`)",
@@ -181,11 +268,14 @@ def table51_lines(results: dict[str, dict]) -> list[str]:
              f"ResNet-8 on CIFAR-10), Adam 1e-3 for local training and distillation, batch 32, 1 local epoch, 1 "
              f"distillation epoch (batch 128) over 5,000 unlabelled Fashion-MNIST training images carved out before "
              f"the split (the thesis distils on EMNIST / STL-10); {rounds} rounds here, 50 in the thesis. Columns: "
-             f"Init Previous / Init Random / Dual Distill.", "", "The config as the dual-distillation runs at alpha 1 "
+             f"Init Previous / Init Random / Dual Distill"
+             + (f"; each the mean ± std over {seeds_text(seeds)} (each the run's seed and the split's)." if several
+                else "."), "", "The config as the dual-distillation runs at alpha 1 "
              "use it (the others change `algorithm.mode` and `data.alpha`):", "",
              *setup(TABLE51, [], PAPER51_SETUP, DEVIATIONS51)] + markdown_table(["data", *alphas], maxima)
-            + (["", f"Ours, by maximum accuracy: {order}."] if order else [])
-            + ["", "Final-round accuracy (ours), and the round of the maximum:", ""]
+            + (["", f"Ours, by {'mean ' if several else ''}maximum accuracy: {order}."] if order else [])
+            + ["", "Final-round accuracy (ours" + (", mean ± std), and the rounds of the maxima:" if several else
+                                                   "), and the round of the maximum:"), ""]
             + markdown_table(["mode", *alphas], finals) + runs_line(t51, "repro_distill.json, Table 5.1"))
 
 
@@ -251,15 +341,31 @@ def gain_cell(r: dict | None) -> str:
     return f"{fmt_gain(r)}; ens {100 * max(ens):.1f}" if ens else fmt_gain(r) if r else "n.a."
 
 
+def hits(runs: list[dict], target: float) -> dict[int, tuple[dict, dict]]:
+    """The runs (one a seed) that reach ``target`` (%), by seed: each with the first round's record that does."""
+    return {seed_of(r): (r, h) for r in runs if (h := reached(r, target))}
+
+
+def reached_text(rounds: list[int], seeds: int) -> str:
+    """The rounds that first reached the target (their range over seeds) and, where not every one of the
+    ``seeds`` reached it, how many did; n.r. where none did."""
+    if not rounds:
+        return "n.r."
+    return rounds_text(rounds) + (f"; {len(rounds)} of {seeds} seeds" if len(rounds) < seeds else "")
+
+
 def mb_rows(results: dict[str, dict]) -> list[list[str]]:
-    """Per alpha, our MB per client up and down to the target (the round in brackets), then the thesis's."""
+    """Per alpha, our MB per client up and down to the target (the round in brackets), then the thesis's;
+    over several seeds, the mean ± std over those that reached it."""
     rows = []
     for a in ALPHAS52:
         up, down = [f"**Fashion-MNIST, MLP, {TARGETS52[a]:g}%, α = {a:g}**", "up"], ["", "down"]
-        for r in (results.get(f"table52/{m}/{a:g}/one/") for m in METHODS52):
-            h = reached(r, TARGETS52[a]) if r else None
-            up.append("n.a." if not r else "n.r." if not h else f"{fmt_mb(per_client(r, h, 'up'))} ({h['round']})")
-            down.append("n.a." if not r else "n.r." if not h else fmt_mb(per_client(r, h, "down")))
+        for runs in (cell_runs(results, "table52", m, a) for m in METHODS52):
+            got = hits(runs, TARGETS52[a]).values()
+            ups, downs = ([per_client(r, h, d) for r, h in got] for d in ("up", "down"))
+            up.append("n.a." if not runs else "n.r." if not got else
+                      f"{spread(ups, fmt_mb)} ({reached_text([h['round'] for _, h in got], len(runs))})")
+            down.append("n.a." if not runs else spread(downs, fmt_mb, "n.r."))
         rows += [up, down]
         for (model, alpha, acc), cells in PAPER52.items():
             if alpha == a:
@@ -269,23 +375,30 @@ def mb_rows(results: dict[str, dict]) -> list[list[str]]:
 
 
 def run_rows(results: dict[str, dict], cpr: int) -> list[list[str]]:
-    """One row per run: rounds, MB, accuracy, upload sizes and ratios."""
+    """One row per method and alpha (its run, or the mean ± std over its seeds; each ratio paired by seed):
+    rounds, MB, accuracy, upload sizes and ratios."""
     rows = []
     for a in ALPHAS52:
-        fd, fa = results.get(f"table52/fd/{a:g}/one/"), results.get(f"table52/fedavg/{a:g}/one/")
-        fa_h = reached(fa, TARGETS52[a]) if fa else None
+        fd, fa = ({seed_of(r): r for r in cell_runs(results, "table52", m, a)} for m in ("fd", "fedavg"))
+        fa_hits = hits(list(fa.values()), TARGETS52[a])
         for m, (label, _) in METHODS52.items():
-            if not (r := results.get(f"table52/{m}/{a:g}/one/")):
+            if not (runs := cell_runs(results, "table52", m, a)):
                 continue
-            h, ub, e = reached(r, TARGETS52[a]), upload_bytes(r), entropy_up(r)
-            up, down = (per_client(r, h, d) if h else None for d in ("up", "down"))
-            rows.append([f"{a:g}, {TARGETS52[a]:g}%", label, str(h["round"]) if h else "n.r.",
-                         f"{fmt_mb(up)} / {fmt_mb(up * cpr)}" if h else "n.r.",
-                         f"{fmt_mb(down)} / {fmt_mb(down * cpr)}" if h else "n.r.", f"{best(r):.1f} ({peak(r)})",
-                         f"{ub:,.0f}", f"{8 * ub / r['aux_size']:.2f}" if m != "fedavg" else "-",
-                         f"{e:.2f}" if e is not None else "-", fmt_x(upload_bytes(fd) / ub) if fd else "n.a.",
-                         fmt_x(upload_bytes(fa) / ub) if fa else "n.a.",
-                         fmt_x(per_client(fa, fa_h, "up") / up) if h and fa_h else "n.a."])
+            got = hits(runs, TARGETS52[a])
+            mb = {d: [per_client(r, h, d) for r, h in got.values()] for d in ("up", "down")}
+            entropy = [e for r in runs if (e := entropy_up(r)) is not None]
+            than = [spread([upload_bytes(base[seed_of(r)]) / upload_bytes(r) for r in runs if seed_of(r) in base], fmt_x)
+                    for base in (fd, fa)]
+            rows.append([f"{a:g}, {TARGETS52[a]:g}%", label,
+                         reached_text([h["round"] for _, h in got.values()], len(runs)),
+                         *(f"{spread(mb[d], fmt_mb)} / {spread([v * cpr for v in mb[d]], fmt_mb)}" if got else "n.r."
+                           for d in ("up", "down")),
+                         f"{spread([best(r) for r in runs], f1)} ({rounds_text([peak(r) for r in runs])})",
+                         spread([upload_bytes(r) for r in runs], lambda v: f"{v:,.0f}"),
+                         spread([8 * upload_bytes(r) / r["aux_size"] for r in runs], f2) if m != "fedavg" else "-",
+                         spread(entropy, f2, "-"), *than,
+                         spread([per_client(*fa_hits[s], "up") / per_client(r, h, "up") for s, (r, h) in got.items()
+                                 if s in fa_hits], fmt_x)])
     return rows
 
 
@@ -299,18 +412,23 @@ def upload_ratios(results: dict[str, dict]) -> list[str]:
     """How many times smaller a 1-bit upload is than FD's float32 one, without and with delta coding."""
     ranges = []
     for methods in (("cfd_1_32", "cfd_1_1"), ("cfd_delta_1_32", "cfd_delta_1_1")):
-        x = [upload_bytes(fd) / upload_bytes(r) for a in ALPHAS52 for m in methods
-             if (fd := results.get(f"table52/fd/{a:g}/one/")) and (r := results.get(f"table52/{m}/{a:g}/one/"))]
+        x = [upload_bytes(fd[seed_of(r)]) / upload_bytes(r) for a in ALPHAS52 for m in methods
+             if (fd := {seed_of(f): f for f in cell_runs(results, "table52", "fd", a)})
+             for r in cell_runs(results, "table52", m, a) if seed_of(r) in fd]
         ranges.append(f"{fmt_x(min(x))[:-1]}-{fmt_x(max(x))}" if x else "n.a.")
+    several = len({seed_of(r) for r in results.values() if r["experiment"] == "table52"}) > 1
     return ["", f"Computed from these runs: one 1-bit upload is {ranges[0]} smaller than FD's float32 one without "
-            f"Δ coding, and {ranges[1]} with it (mean bytes per upload; the range over the α values)."]
+            f"Δ coding, and {ranges[1]} with it (mean bytes per upload; the range over the α values"
+            + (" and seeds, each run against FD's of its seed)." if several else ").")]
 
 
 def headroom(t52: list[dict]) -> str:
-    """Per alpha, how far the target lies under the methods' maxima, in points (the lowest to the highest)."""
+    """Per alpha, how far the target lies under the methods' maxima (each method's mean over its seeds), in
+    points (the lowest to the highest)."""
     parts = []
     for a in ALPHAS52:
-        gaps = [best(r) - TARGETS52[a] for r in t52 if r["alpha"] == a]
+        gaps = [float(np.mean([best(r) for r in runs])) - TARGETS52[a] for m in METHODS52
+                if (runs := [r for r in t52 if r["alpha"] == a and r["method"] == m])]
         if gaps:
             parts.append(f"{min(gaps):.1f} to {max(gaps):.1f} points at α = {a:g}")
     return "; ".join(parts) or "n.a."
@@ -322,6 +440,8 @@ def table52_lines(results: dict[str, dict]) -> list[str]:
         return []
     rounds, cpr = max(r["rounds"] for r in t52), t52[0]["clients_per_round"]
     targets = listing(f"{TARGETS52[a]:g}% at α = {a:g}" for a in ALPHAS52)
+    seeds = sorted({seed_of(r) for r in t52})
+    several = len(seeds) > 1
     return (["", f"## Thesis Table 5.2 on Fashion-MNIST: MB to reach a target accuracy  (`{TABLE52.name}`)", "",
              f"Compressed federated distillation (thesis Alg. 8): dual distillation with a persistent server "
              f"model, clients re-initialised every round; CFD-b_up-b_down quantises the uploaded soft labels to "
@@ -342,16 +462,21 @@ def table52_lines(results: dict[str, dict]) -> list[str]:
              f"table). Cumulative up to and including the first round whose accuracy reaches the target; that "
              f"round in brackets. FD/CFD download nothing in round 1 (the initial model comes from the shared "
              f"seed), so their down column counts one transfer fewer than the rounds; the thesis's counts one "
-             f"per round. n.r.: target not reached in {rounds} rounds. Thesis rows (ResNet-18 and VGG-16 on "
+             f"per round. n.r.: target not reached in {rounds} rounds"
+             + (f". Over {seeds_text(seeds)} (each the run's seed and the split's), each cell is the mean ± std over "
+                "the seeds that reached the target, the round is their range, and where not every seed reached it, "
+                "how many did" if several else "") + f". Thesis rows (ResNet-18 and VGG-16 on "
              f"CIFAR-10, 50 rounds, mean of 3 runs) for orientation; it gives the round for the non-Δ columns "
              f"only.", "", f"**Our targets ({targets}) were chosen after seeing the curves**; they are not the "
-             f"thesis's, whose targets belong to its own models. Each target's distance under the maximum of each "
-             f"method: {headroom(t52)}.", "",
+             f"thesis's, whose targets belong to its own models. Each target's distance under the "
+             f"{'mean ' if several else ''}maximum of each method: {headroom(t52)}.", "",
              "The config as CFD-1-32 runs it at alpha 1 (the others change the algorithm and `data.alpha`):", "",
              *setup(TABLE52, [], PAPER52_SETUP, DEVIATIONS52)]
             + markdown_table(["setting", "dir", "FA", *(label for label, _ in list(METHODS52.values())[1:])],
                              mb_rows(results))
-            + ["", f"Per run: the round the target is first reached; MB up and down up to it per client and in total "
+            + ["", ("Per method and α, the mean ± std over its seeds (ratios paired by seed; to the target, over the "
+                    "seeds that reached it)" if several else "Per run")
+               + ": the round the target is first reached; MB up and down up to it per client and in total "
                f"over all {cpr} participants of a round; maximum test accuracy (its round); mean bytes of one "
                f"client's upload, and as bits per X^pub label; mean empirical entropy H(Ỹ) of the quantised "
                f"uploaded labels, bits per label (`distill/entropy_bits_up`; before delta coding); how many times "
@@ -373,11 +498,12 @@ def curve(ax, r: dict | None, **style) -> None:
 
 
 def plot_accuracy_panels(results: dict[str, dict], axes) -> None:
-    """Table 5.1's modes, FedAvg/FedDF/FedBE at each alpha, and the lr check: accuracy by round."""
+    """Table 5.1's modes (the mean over their seeds), FedAvg/FedDF/FedBE at each alpha, and the lr check:
+    accuracy by round."""
     colours = {"init_previous": "tab:blue", "init_random": "tab:orange", "dual": "tab:red"}
     for m, label in MODES.items():
         for a, ls in zip(ALPHAS51, ("-", "--", ":")):
-            curve(axes[0], results.get(f"table51/{m}/{a:g}/one/"), color=colours[m], ls=ls,
+            curve(axes[0], averaged(cell_runs(results, "table51", m, a)), color=colours[m], ls=ls,
                   label=f"{label}, alpha {a:g}")
     axes[0].set_title("Table 5.1: FD modes (MLP)")
     axes[0].legend(fontsize=6, ncol=3, loc="center", bbox_to_anchor=(0.5, 0.6))
@@ -401,10 +527,11 @@ def plot_accuracy_panels(results: dict[str, dict], axes) -> None:
 
 
 def plot_table52(results: dict[str, dict], axes) -> None:
-    """Accuracy against cumulative MB uploaded per client, one panel per alpha, the target dotted."""
+    """Accuracy against cumulative MB uploaded per client (the mean over the seeds), one panel per alpha,
+    the target dotted."""
     for ax, a in zip(axes, ALPHAS52):
         for m, (label, _) in METHODS52.items():
-            r = results.get(f"table52/{m}/{a:g}/one/")
+            r = averaged(cell_runs(results, "table52", m, a))
             if r:
                 ax.plot([per_client(r, h, "up") for h in r["history"]], [h["accuracy"] for h in r["history"]],
                         color=COLOURS52[m], ls="--" if "delta" in m else "-", marker=".", ms=3, label=label)
@@ -422,8 +549,10 @@ def plot(results: dict[str, dict], path: Path) -> None:
     plot_accuracy_panels(results, axes)
     if t52:
         plot_table52(results, axes[6:])
+    seeds = {seed_of(r) for r in results.values() if r["experiment"] in ("table51", "table52")}
     save_figure(fig, path, title="Federated distillation on Fashion-MNIST (solid: one architecture, dashed: three"
-                                 + ("; bottom row dashed: delta coding)" if t52 else ")"))
+                                 + ("; bottom row dashed: delta coding" if t52 else "")
+                                 + (f"; Tables 5.1 and 5.2: the mean of {len(seeds)} seeds)" if len(seeds) > 1 else ")"))
 
 
 def page(saved: dict) -> str:
@@ -431,7 +560,7 @@ def page(saved: dict) -> str:
     from repro_distill import key
 
     results, meta = {key(r): r for r in saved["runs"]}, saved.get("meta", {})
-    lines = (header_lines(meta) + table51_lines(results) + lrcheck_lines(results) + compare_lines(results)
+    lines = (header_lines(meta, results) + table51_lines(results) + lrcheck_lines(results) + compare_lines(results)
              + table52_lines(results))
     return "\n".join(lines) + "\n"
 

@@ -102,7 +102,7 @@ def lstm_fedavg(d: dict) -> str:
 
 def table42(page: str) -> Callable[[dict], str]:
     def cell(d: dict) -> str:
-        results = {r["method"]: r for r in d["results"]}
+        results = table42_results(d)
         order = [m for m in importlib.import_module("repro_table42").METHODS if m in results]
         slots = next(iter(results.values()))["clients_per_round"]
 
@@ -129,24 +129,30 @@ def fig41(d: dict) -> str:
         + " ([repro_fig41.md](repro_fig41.md))"
 
 
-def cfl62(d: list) -> str:
+def cfl62(d: list | dict) -> str:
+    """Table 6.2's cell: each scene's FL / CFL accuracy (the mean over the seeds where several), the
+    round by which every seed's adversaries were out, the splits (their range) and the benign clients
+    dropped (in all)."""
     mod = importlib.import_module("repro_cfl")
-    res = {(r["experiment"], r["method"]): r for r in d}
+    res = mod.by_run(mod.results_of(d))
     parts = []
     for s, label in mod.SCENARIOS.items():
         fl, cfl = res[f"table62/{s}", "FL"], res[f"table62/{s}", "CFL"]
-        out = mod.cleared(cfl) if cfl["adversaries"] else None
-        parts.append(f"{label} **{pct(mod.final_accuracy(fl))} / {pct(mod.final_accuracy(cfl))}** ("
-                     + (f"adversaries out by round {out}, " if out else "")
-                     + f"{len(mod.splits(cfl))} splits, {len(set(cfl['dropped']) - set(cfl['adversaries']))} benign "
-                       f"dropped)")
-    return "FL / CFL final accuracy of the benign clients, %: " + "; ".join(parts) + " ([repro_cfl.md](repro_cfl.md))"
+        out = [mod.cleared(r) for r in cfl if r["adversaries"]]
+        parts.append(f"{label} **{pct(mod.mean_final(fl))} / {pct(mod.mean_final(cfl))}** ("
+                     + (f"adversaries out by round {max(out)}, " if out and None not in out else "")
+                     + f"{mod.spread([len(mod.splits(r)) for r in cfl])} splits, "
+                       f"{sum(len(set(r['dropped']) - set(r['adversaries'])) for r in cfl)} benign dropped)")
+    seeds = mod.seeds_of([r for (e, _), rs in res.items() if e.startswith("table62/") for r in rs])
+    return ("FL / CFL final accuracy of the benign clients, %" + (f", mean of {mod.seeds_text(seeds)}" if len(seeds) > 1
+                                                                   else "")
+            + ": " + "; ".join(parts) + " ([repro_cfl.md](repro_cfl.md))")
 
 
-def cfl68(d: list) -> str:
+def cfl68(d: list | dict) -> str:
     mod = importlib.import_module("repro_cfl")
-    res = {(r["experiment"], r["method"]): r for r in d}
-    fl, cfl = res["fig68", "FL"], res["fig68", "CFL"]
+    res = mod.by_run(mod.results_of(d))
+    fl, cfl = res["fig68", "FL"][0], res["fig68", "CFL"][0]
     return (f"FL **{pct(mod.final_accuracy(fl))}%**, CFL **{pct(mod.final_accuracy(cfl))}%**; splits at rounds "
             f"{', '.join(map(str, mod.splits(cfl)))}, {len(cfl['clusters'])} final clusters ([repro_cfl.md](repro_cfl.md))")
 
@@ -363,8 +369,9 @@ def whole(d: dict) -> list[dict]:
     return [d]
 
 
-def cfl_runs(experiment: str) -> Callable[[list], list[dict]]:
-    return lambda d: [r for r in d if r["experiment"].split("/")[0] == experiment]
+def cfl_runs(experiment: str) -> Callable[[list | dict], list[dict]]:
+    return lambda d: [r for r in importlib.import_module("repro_cfl").results_of(d)
+                      if r["experiment"].split("/")[0] == experiment]
 
 
 def distill_runs(experiment: str) -> Callable[[dict], list[dict]]:
@@ -540,7 +547,8 @@ def lstm_notes(d: dict) -> list[str]:
 
 
 def table42_results(d: dict) -> dict[str, dict]:
-    return {r["method"]: r for r in d["results"]}
+    """Each method's seed-0 run: the summary and the notes speak of seed 0 (the page gives the mean over seeds)."""
+    return {r["method"]: r for r in d["results"] if r.get("seed", 0) == 0}
 
 
 def stc_ratio_text(d: dict) -> str:
@@ -618,21 +626,26 @@ def fig41_notes(d: dict) -> list[str]:
             "thesis's figure (MNIST) has top-k affected least, signSGD plateauing lower and FedAvg degrading."]
 
 
-def cfl_notes(d: list) -> list[str]:
+def cfl_notes(d: list | dict) -> list[str]:
+    """Table 6.2 (each accuracy the mean over its seeds, the splits their range) and Fig. 6.8."""
     mod = importlib.import_module("repro_cfl")
-    res = {(r["experiment"], r["method"]): r for r in d}
+    res = mod.by_run(mod.results_of(d))
     out = []
     get = {(s, m): res.get((f"table62/{s}", m)) for s in mod.SCENARIOS for m in ("FL", "CFL")}
     if all(get.values()):
-        acc = {k: 100 * mod.final_accuracy(r) for k, r in get.items()}
+        acc = {k: 100 * mod.mean_final(runs) for k, runs in get.items()}
         adversarial = [s for s in mod.SCENARIOS if s != "none"]
         label = {s: text if s == "byzantine" else text.lower() for s, text in mod.SCENARIOS.items()}
-        rounds = max(h["round"] for r in get.values() for h in r["history"])
+        rounds = max(h["round"] for runs in get.values() for r in runs for h in r["history"])
+        seeds = mod.seeds_of([r for runs in get.values() for r in runs])
         cfl = {s: get[s, "CFL"] for s in adversarial}
-        out_by = {s: mod.cleared(r) for s, r in cfl.items()}
-        benign = sum(len(set(r["dropped"]) - set(r["adversaries"])) for r in cfl.values())
+        cleared = {s: [mod.cleared(r) for r in runs] for s, runs in cfl.items()}
+        out_by = {s: None if None in v else max(v) for s, v in cleared.items()}
+        benign = sum(len(set(r["dropped"]) - set(r["adversaries"])) for runs in cfl.values() for r in runs)
         higher = sum(acc[s, m] > mod.PAPER62[s][i] for s in mod.SCENARIOS for i, m in enumerate(("FL", "CFL")))
-        text = (f"**Table 6.2, Fashion-MNIST row** (seed 0, {rounds} rounds; an MLP at lr 0.1, "
+        which = f"{mod.seeds_text(seeds)}" + (", accuracies the means over the seeds, splits their range"
+                                              if len(seeds) > 1 else "")
+        text = (f"**Table 6.2, Fashion-MNIST row** ({which}, {rounds} rounds; an MLP at lr 0.1, "
                 "where the thesis gives neither its CNN nor its learning rate). FL's final accuracy of the benign "
                 "clients: " + ", ".join(f"{label[s]} {acc[s, 'FL']:.1f}% (thesis {mod.PAPER62[s][0]})"
                                         for s in ("none", *adversarial)) + ". "
@@ -641,17 +654,22 @@ def cfl_notes(d: list) -> list[str]:
                 + ", ".join(f"{label[s]} {signed(acc[s, 'CFL'] - acc['none', 'CFL'])}" for s in adversarial)
                 + " points (thesis: " + ", ".join(f"{signed(mod.PAPER62[s][1] - mod.PAPER62['none'][1])}"
                                                   for s in adversarial) + "). Splits: "
-                + ", ".join(f"{label[s]} {len(mod.splits(get[s, 'CFL']))}" for s in mod.SCENARIOS)
+                + ", ".join(f"{label[s]} {mod.spread([len(mod.splits(r)) for r in get[s, 'CFL']])}"
+                            for s in mod.SCENARIOS)
                 + ("; every adversary is out of the benign cluster by round "
                    f"{max(out_by.values())} (thesis: within 34 rounds)" if None not in out_by.values() else
                    "; adversaries still share the benign cluster at the end with "
-                   + listing(label[s] for s, v in out_by.items() if v is None))
-                + f"; benign clients dropped: {benign}. Our accuracies are above the thesis's "
+                   + listing(label[s] for s, v in out_by.items() if v is None)
+                   + (" (in some seeds)" if len(seeds) > 1 else ""))
+                + f"; benign clients dropped: {benign}"
+                + (f" in the {sum(map(len, cfl.values()))} runs" if len(seeds) > 1 else "")
+                + ". Our accuracies are above the thesis's "
                 f"{count_text(higher, 2 * len(mod.SCENARIOS), 'cells')}.")
         out.append("- " + text)
-    fl, cfl = res.get(("fig68", "FL")), res.get(("fig68", "CFL"))
+    fl, cfl = (res.get(("fig68", m), [None])[0] for m in ("FL", "CFL"))
     if fl and cfl:
-        out.append(f"- **Fig. 6.8 on Fashion-MNIST** (seed 0, {len(cfl['history'])} rounds). CFL splits at rounds "
+        out.append(f"- **Fig. 6.8 on Fashion-MNIST** ({mod.seeds_text([cfl.get('seed', 0)])}, {len(cfl['history'])} "
+                   "rounds). CFL splits at rounds "
                    f"{listing(map(str, mod.splits(cfl)))}, the thesis's CIFAR-10 run at 50, 100 and 150; FL ends at "
                    f"{100 * mod.final_accuracy(fl):.1f}% and CFL at {100 * mod.final_accuracy(cfl):.1f}% with "
                    f"{len(cfl['clusters'])} clusters for the 4 groups (thesis: about 20%, close to 60%). The run "
@@ -966,7 +984,8 @@ NOTES = [
     ("FedGen", ("repro_fedgen.json",), lambda d: fedgen_notes(d)),
 ]
 # every run a JSON holds (for the commit it ran at)
-ALL_RUNS = {"repro_lstm.json": lambda d: list(d["results"].values()), "repro_cfl.json": lambda d: d,
+ALL_RUNS = {"repro_lstm.json": lambda d: list(d["results"].values()),
+            "repro_cfl.json": lambda d: importlib.import_module("repro_cfl").results_of(d),
             "repro_distill.json": lambda d: d["runs"], "repro_fedaux.json": lambda d: d["runs"],
             "repro_mrtf_demo.json": whole}
 

@@ -4,23 +4,34 @@ Table 6.2: FL (FedAvg) and robust CFL on 100 clients with 30% Byzantine, noisy o
 adversaries, and without adversaries; the final accuracy of the benign clients, the round by which
 every adversary had left the benign cluster, and the splits. Fig. 6.8: FL and CFL on 20 clients in
 4 groups with permuted labels. Writes docs/repro_cfl.md (ours beside the paper's), .json (every
-round's accuracy, cluster count and adversaries still among the benign clients) and .png.
+run's accuracy, cluster count and adversaries still among the benign clients by round, its seed and
+commit, and each call of the script) and .png.
+
+Table 6.2's claims (``scripts/claims.py``): CFL above FL in each of its four scenes, on the benign
+clients' final accuracy, paired by seed; ``--family`` runs exactly these at seeds 0-4 in one call.
+A seed sets the run's seed and the split's (``seed``, ``data.seed``), and so which clients are the
+adversaries; Fig. 6.8 runs at seed 0.
 
     python scripts/repro_cfl.py
+    python scripts/repro_cfl.py --family --jobs 2   # Table 6.2's claims' runs, in one call at one commit
+    python scripts/repro_cfl.py --only table62/none --seeds 0 1 2
     python scripts/repro_cfl.py --plot-only
 
 The runs are ``fedray sweep`` trials (``fedray.repro.run_specs``), one sweep per config, into
-``--sweep`` (default ``runs/repro/repro_cfl``); a stopped grid resumes where it stopped.
+``--sweep`` (default ``runs/repro/repro_cfl``); a stopped grid resumes where it stopped. Runs of a
+call merge into the saved ones (a run replaces the saved one of the same experiment, method and seed).
 """
 
 from __future__ import annotations
 
-import argparse
+import time
 from pathlib import Path
+
+import numpy as np
 
 from fedray.figures import figure, save_figure
 from fedray.parameter_tree import id_ranges
-from fedray.repro import Store, markdown_table, report_failed, run_specs
+from fedray.repro import Store, grid_arguments, invocation, listing, markdown_table, report_failed, run_specs
 
 from grid_report import runs_line, setup
 
@@ -47,17 +58,52 @@ DEVIATIONS68 = [("Fashion-MNIST with an MLP (2NN) instead of CIFAR-10 with a 5-l
                 ("eps1 a quarter of the largest mean update (the thesis's rule: a tenth), eps2 = 3 eps1",
                  "the run has 60 rounds")]
 
+EXPERIMENTS = [*(f"table62/{s}" for s in SCENARIOS), "fig68"]
 
-def runs() -> list[dict]:
-    """Every run: experiment, method, seed (the configs' 0) and overrides."""
+# the claims (scripts/claims.py), declared before the runs: robust CFL against FL (FedAvg) in each of
+# Table 6.2's four scenes, on PRIMARY (the benign clients' final accuracy: what Table 6.2 reports).
+# ``--family`` runs exactly these.
+PROPOSED = "CFL"
+BASELINES = ("FL",)
+PRIMARY = "final_benign"
+FAMILY_SEEDS = (0, 1, 2, 3, 4)  # each sets the run's seed and the split's (which clients are adversaries)
+
+
+def runs(seeds=(0,)) -> list[dict]:
+    """Every run: experiment, method, seed and overrides; Table 6.2's at each of ``seeds``, Fig. 6.8's at 0."""
     out = []
-    for scenario in SCENARIOS:
-        for method in ("FL", "CFL"):
-            overrides = [f"data.adversaries={scenario}"] + (["algorithm={name: fedavg}"] if method == "FL" else [])
-            out.append({"experiment": f"table62/{scenario}", "method": method, "seed": 0, "overrides": overrides})
+    for seed in seeds:
+        for scenario in SCENARIOS:
+            for method in (PROPOSED, *BASELINES):
+                overrides = [f"data.adversaries={scenario}"] + (["algorithm={name: fedavg}"] if method == "FL" else [])
+                out.append({"experiment": f"table62/{scenario}", "method": method, "seed": seed,
+                            "overrides": overrides})
     out += [{"experiment": "fig68", "method": "FL", "seed": 0, "overrides": ["algorithm={name: fedavg}"]},
             {"experiment": "fig68", "method": "CFL", "seed": 0, "overrides": []}]
     return out
+
+
+def key(r: dict) -> tuple[str, str, int]:
+    """A run's identity: experiment, method and seed (runs saved before seeds were kept are seed 0)."""
+    return r["experiment"], r["method"], r.get("seed", 0)
+
+
+def results_of(saved: list | dict) -> list[dict]:
+    """The runs a saved docs/repro_cfl.json holds: its ``results``, or the whole file where it is the
+    bare list of runs written before seeds, commits and calls were kept (those runs are seed 0)."""
+    return saved if isinstance(saved, list) else saved["results"]
+
+
+def by_run(results: list[dict]) -> dict[tuple[str, str], list[dict]]:
+    """The runs by (experiment, method), each list in seed order."""
+    out: dict[tuple[str, str], list[dict]] = {}
+    for r in sorted(results, key=key):
+        out.setdefault((r["experiment"], r["method"]), []).append(r)
+    return out
+
+
+def seeds_of(runs: list[dict]) -> list[int]:
+    return sorted({r.get("seed", 0) for r in runs})
 
 
 def record(rnd: int, m: dict, config) -> dict:
@@ -66,8 +112,8 @@ def record(rnd: int, m: dict, config) -> dict:
 
 
 def run(specs: list[dict], sweep: Path, jobs: int | None) -> tuple[dict, list]:
-    """The specs as two sweeps, one per config (Table 6.2's, Fig. 6.8's); returns the finished runs
-    by (experiment, method), and the failed trials."""
+    """The specs as two sweeps, one per config (Table 6.2's, Fig. 6.8's), each seed crossed with the
+    config's variants; returns the finished runs by key, and the failed trials."""
     results, failed = {}, []
     for config, name in ((TABLE62, "table62"), (FIG68, "fig68")):
         mine = [s for s in specs if s["experiment"].split("/")[0] == name]
@@ -77,15 +123,28 @@ def run(specs: list[dict], sweep: Path, jobs: int | None) -> tuple[dict, list]:
                                       sweep / name, record, jobs=jobs)
         failed += failed_here
         for spec, r in done:
-            results[spec["experiment"], spec["method"]] = {
-                "experiment": spec["experiment"], "method": spec["method"], "history": r.records,
-                "adversaries": r.summary.get("adversaries", []), "clusters": r.summary.get("clusters"),
-                "dropped": r.summary.get("dropped_clients")}
+            result = {"experiment": spec["experiment"], "method": spec["method"], "seed": spec["seed"],
+                      "rounds": r.config.federation.rounds, "history": r.records,
+                      "adversaries": r.summary.get("adversaries", []), "clusters": r.summary.get("clusters"),
+                      "dropped": r.summary.get("dropped_clients"), "wall_s": r.wall_s,
+                      "provenance": r.summary.get("provenance")}
+            results[key(result)] = result
     return results, failed
 
 
 def final_accuracy(result: dict) -> float:
+    """The benign clients' final accuracy (Table 6.2's measure), as a fraction."""
     return [h["accuracy"] for h in result["history"] if h["accuracy"] is not None][-1]
+
+
+def mean_final(runs: list[dict]) -> float:
+    """:func:`final_accuracy`'s mean over the runs (the seeds of one cell)."""
+    return float(np.mean([final_accuracy(r) for r in runs]))
+
+
+def spread(values: list[int]) -> str:
+    """``28``, or ``25-30`` where the seeds differ."""
+    return f"{min(values)}-{max(values)}" if min(values) != max(values) else f"{values[0]}"
 
 
 def splits(result: dict) -> list[int]:
@@ -99,6 +158,7 @@ def cleared(result: dict) -> int | None:
     return next((h["round"] for h in result["history"] if h["adversaries_with_benign"] == 0), None)
 
 
+# the CFL table's rows: from one run, and from several (a range over the seeds)
 CFL_ROWS = {"splits (at rounds)": lambda r: f"{len(splits(r))} ({id_ranges(splits(r))})" if splits(r) else "none",
             "clients dropped (benign among them)":
                 lambda r: f"{len(r['dropped'])} ({len(set(r['dropped']) - set(r['adversaries']))})",
@@ -106,56 +166,121 @@ CFL_ROWS = {"splits (at rounds)": lambda r: f"{len(splits(r))} ({id_ranges(split
                 lambda r: "no adversaries" if not r["adversaries"] else str(cleared(r) or "never")}
 
 
-def table62_lines(results: dict[tuple[str, str], dict]) -> list[str]:
-    rounds = max((len(r["history"]) for (e, _), r in results.items() if e.startswith("table62")), default=0)
-    get = {(s, m): results.get((f"table62/{s}", m)) for s in SCENARIOS for m in ("FL", "CFL")}
-    acc = [[method] + [f"**{100 * final_accuracy(get[s, method]):.1f}** (paper {PAPER62[s][i]})"
-                       if get[s, method] else "n.a." for s in SCENARIOS] for i, method in enumerate(("FL", "CFL"))]
-    cfl = [[label] + [cell(get[s, "CFL"]) if get[s, "CFL"] else "n.a." for s in SCENARIOS]
-           for label, cell in CFL_ROWS.items()]
-    runs = [r for (e, _), r in results.items() if e.startswith("table62")]
+def never(runs: list[dict]) -> str:
+    """The rounds by which the seeds' adversaries were out of the benign cluster, and in how many never."""
+    out = [v for v in map(cleared, runs) if v]
+    missing = f"never in {len(runs) - len(out)} of {len(runs)}" if len(out) < len(runs) else ""
+    return "; ".join(t for t in (spread(out) if out else "", missing) if t)
+
+
+CFL_SEED_ROWS = {"splits": lambda rs: spread([len(splits(r)) for r in rs]),
+                 "clients dropped (benign among them)":
+                     lambda rs: f"{spread([len(r['dropped']) for r in rs])} "
+                                f"({spread([len(set(r['dropped']) - set(r['adversaries'])) for r in rs])})",
+                 "adversaries out of the benign cluster by round":
+                     lambda rs: "no adversaries" if not any(r["adversaries"] for r in rs) else never(rs)}
+
+
+def seeds_text(seeds: list[int]) -> str:
+    """``seed 0``, ``seeds 0-4``."""
+    return f"seed{'s' if len(seeds) > 1 else ''} {id_ranges(seeds)}"
+
+
+def accuracy_cell(runs: list[dict], paper: float, seeds: int) -> str:
+    """The benign clients' final accuracy, %: one run's, or the mean ± std over the seeds (their
+    number where fewer than the table's ``seeds``), beside the thesis's."""
+    if not runs:
+        return "n.a."
+    final = [100 * final_accuracy(r) for r in runs]
+    count = f"{len(final)} seed{'s' if len(final) > 1 else ''}; " if len(final) < seeds else ""
+    if len(final) == 1:
+        return f"**{final[0]:.1f}** ({count}paper {paper})"
+    return f"**{np.mean(final):.1f}** ± {np.std(final, ddof=1):.1f} ({count}paper {paper})"
+
+
+def verdict_lines(table62: list[dict]) -> list[str]:
+    """What holds of Table 6.2's claims (``scripts/claims.py``), from these runs."""
+    import claims
+
+    gains = ", ".join(f"{label} {PAPER62[s][1] - PAPER62[s][0]:+.1f}" for s, label in SCENARIOS.items())
+    return claims.verdict_lines(lambda: claims.cfl_family(table62), "CFL against FL in each scene, on the benign "
+                                "clients' final accuracy", f"The thesis's Fashion-MNIST row (no spread given) has "
+                                f"CFL above FL in every scene: {gains} points.")
+
+
+def table62_lines(results: dict[tuple[str, str], list[dict]]) -> list[str]:
+    runs = [r for (e, _), rs in results.items() if e.startswith("table62") for r in rs]
+    rounds = "/".join(map(str, sorted({len(r["history"]) for r in runs}))) or "0"
+    seeds = seeds_of(runs)
+    get = {(s, m): results.get((f"table62/{s}", m), []) for s in SCENARIOS for m in (BASELINES[0], PROPOSED)}
+    acc = [[method] + [accuracy_cell(get[s, method], PAPER62[s][i], len(seeds)) for s in SCENARIOS]
+           for i, method in enumerate((BASELINES[0], PROPOSED))]
+    if len(seeds) > 1:
+        cfl = [[label] + [cell(get[s, "CFL"]) if get[s, "CFL"] else "n.a." for s in SCENARIOS]
+               for label, cell in CFL_SEED_ROWS.items()]
+        which = (f"{seeds_text(seeds)}, each the run's seed and the split's (which clients are adversaries); "
+                 "an accuracy is the mean ± std over the seeds, a cell of the CFL table below the range over them")
+    else:
+        cfl = [[label] + [cell(get[s, "CFL"][0]) if get[s, "CFL"] else "n.a." for s in SCENARIOS]
+               for label, cell in CFL_ROWS.items()]
+        which = seeds_text(seeds or [0])
     return (["# Clustered FL reproductions (thesis chapter 6)", "",
+             *(verdict_lines(runs) if len(seeds) > 1 else []),
              f"## Table 6.2, Fashion-MNIST: final accuracy of the benign clients, %  (`{TABLE62.name}`)", "",
              f"100 clients, 30% adversaries, robust CFL with alpha_thresh 0.02; MLP, {rounds} rounds here, "
-             "200 in the thesis (CNN); seed 0. The setup of the label-flip runs (the others change "
+             f"200 in the thesis (CNN); {which}. The setup of the label-flip runs (the others change "
              "`data.adversaries`, and FL runs `fedavg`):", "",
              *setup(TABLE62, ["data.adversaries=label_flip"], PAPER62_SETUP, DEVIATIONS62)]
             + markdown_table(["method", *SCENARIOS.values()], acc) + [""]
             + markdown_table(["CFL", *SCENARIOS.values()], cfl) + runs_line(runs, "repro_cfl.json, Table 6.2"))
 
 
-def fig68_lines(results: dict[tuple[str, str], dict]) -> list[str]:
-    fl, cfl = results.get(("fig68", "FL")), results.get(("fig68", "CFL"))
+def fig68_lines(results: dict[tuple[str, str], list[dict]]) -> list[str]:
+    fl, cfl = (results.get(("fig68", m), [None])[0] for m in ("FL", "CFL"))
     if not cfl:
         return []
     ours = ["ours", f"{100 * final_accuracy(fl):.1f}" if fl else "n.a.", f"{100 * final_accuracy(cfl):.1f}",
             ", ".join(map(str, splits(cfl))), "; ".join(id_ranges(c) for c in cfl["clusters"].values())]
     paper = ["paper (CIFAR-10, 5-layer CNN)", "about 20", "close to 60", "50, 100, 150", "4 groups"]
     return (["", f"## Fig. 6.8 on Fashion-MNIST: 20 clients, 4 label permutations  (`{FIG68.name}`)", "",
-             "The CFL run's setup (FL runs `fedavg`), seed 0; the config splits the clients into 4 groups of 5, "
-             "each permuting its training and test labels with its own permutation:", "",
+             f"The CFL run's setup (FL runs `fedavg`), {seeds_text([cfl.get('seed', 0)])}; the config splits the "
+             "clients into 4 groups of 5, each permuting its training and test labels with its own permutation:", "",
              *setup(FIG68, [], PAPER68_SETUP, DEVIATIONS68)]
             + markdown_table(["", "FL", "CFL", "splits at rounds", "final clusters"], [ours, paper])
             + runs_line([r for r in (fl, cfl) if r], "repro_cfl.json, Fig. 6.8"))
 
 
-def page(saved: list[dict]) -> str:
-    """docs/repro_cfl.md from what docs/repro_cfl.json holds."""
-    results = {(r["experiment"], r["method"]): r for r in saved}
-    return "\n".join(table62_lines(results) + fig68_lines(results)) + "\n"
+def calls_lines(calls: list[dict]) -> list[str]:
+    """Each recorded call of the script: its runs, their seeds, wall time, where and at which commit."""
+    if not calls:
+        return []
+    return ["", "Written by `scripts/repro_cfl.py`: " + "; ".join(
+        f"{c['runs']} runs ({'`--family`' if c.get('family') else listing(c['only']) or 'all'}, "
+        f"{seeds_text(c['seeds'])}"
+        + (f", {c['rounds']} rounds" if c.get("rounds") else "") + f") in {c['wall_s'] / 60:.1f} min with "
+        f"{c['jobs']} trial{'s' if c['jobs'] > 1 else ''} at once on {c['cpu']}"
+        + (f" at commit `{c['commit'][:9]}`" if c.get("commit") else "") for c in calls) + "."]
 
 
-def plot(results: dict[tuple[str, str], dict], path: Path) -> None:
+def page(saved: list | dict) -> str:
+    """docs/repro_cfl.md from what docs/repro_cfl.json holds (either form, :func:`results_of`)."""
+    results = by_run(results_of(saved))
+    calls = [] if isinstance(saved, list) else saved.get("invocations", [])
+    return "\n".join(table62_lines(results) + fig68_lines(results) + calls_lines(calls)) + "\n"
+
+
+def plot(results: dict[tuple[str, str], list[dict]], path: Path) -> None:
     panels = [f"table62/{s}" for s in SCENARIOS] + ["fig68"]
     fig, axes = figure(1, len(panels), figsize=(4 * len(panels), 3.6), sharey=True)
     for ax, experiment in zip(axes, panels):
         for method, colour in (("FL", "tab:blue"), ("CFL", "tab:red")):
-            r = results.get((experiment, method))
-            if r:
+            seeds = results.get((experiment, method), [])
+            for i, r in enumerate(seeds):  # every seed's run, the splits of the first
                 points = [(h["round"], h["accuracy"]) for h in r["history"] if h["accuracy"] is not None]
-                ax.plot(*zip(*points), color=colour, label=method)
-                for s in splits(r) if method == "CFL" else ():
-                    ax.axvline(s, color=colour, lw=0.5, ls=":")
+                ax.plot(*zip(*points), color=colour, label=None if i else method, lw=1 if len(seeds) > 1 else 1.5,
+                        alpha=0.6 if len(seeds) > 1 else 1.0)
+            for s in splits(seeds[0]) if method == "CFL" and seeds else ():
+                ax.axvline(s, color=colour, lw=0.5, ls=":")
         ax.set(title=SCENARIOS.get(experiment.split("/")[-1], "Fig. 6.8 permuted labels"), xlabel="round")
     axes[0].set_ylabel("benign test accuracy")
     axes[0].legend(loc="lower right")
@@ -163,28 +288,37 @@ def plot(results: dict[tuple[str, str], dict], path: Path) -> None:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--jobs", type=int, help="trials at once (default: one per CPU of Ray)")
-    parser.add_argument("--only", nargs="+", help="experiments to run, e.g. table62/none fig68")
-    parser.add_argument("--sweep", default="runs/repro/repro_cfl", help="the sweep folder: the trials' run folders")
-    parser.add_argument("--rounds", type=int, help="override every run's rounds (a quick check; use another --out)")
-    parser.add_argument("--out", type=Path, default=ROOT / "docs" / "repro_cfl", help="output path without suffix")
-    parser.add_argument("--plot-only", action="store_true", help="redraw from the saved .json")
+    parser = grid_arguments(__doc__, EXPERIMENTS, ROOT / "docs" / "repro_cfl")
+    parser.add_argument("--seeds", nargs="+", type=int, default=[0],
+                        help="Table 6.2's seeds (each the run's and the split's; merged into the saved results)")
+    parser.add_argument("--family", action="store_true",
+                        help="Table 6.2's claims (CFL and FL, every scene, seeds 0-4) in one call")
     args = parser.parse_args()
-    out = args.out
-    store = Store(out.with_suffix(".json"), key=lambda r: (r["experiment"], r["method"]), field=None)
-    results, failed = store.load(), []
+    if args.family:
+        args.only, args.seeds = [e for e in EXPERIMENTS if e.startswith("table62/")], list(FAMILY_SEEDS)
+    out = Path(args.out)
+    store = Store(out.with_suffix(".json"), key)
+    saved = store.read() or []
+    results = {key(r): r for r in results_of(saved)}
+    calls = [] if isinstance(saved, list) else saved.get("invocations", [])
+    failed = []
     if not args.plot_only:
-        todo = [r for r in runs() if not args.only or r["experiment"] in args.only]
+        start = time.perf_counter()
+        todo = [r for r in runs(args.seeds) if not args.only or r["experiment"] in args.only]
         for r in todo:
             r["overrides"] += [f"federation.rounds={args.rounds}"] if args.rounds else []
         new, failed = run(todo, Path(args.sweep), args.jobs)
         for r in new.values():
-            print(f"{r['experiment']:20} {r['method']:4} final {final_accuracy(r):.4f} splits {splits(r)}")
+            print(f"{r['experiment']:20} {r['method']:4} seed {r['seed']} final {final_accuracy(r):.4f} "
+                  f"splits {splits(r)} ({r['wall_s']:.0f} s)")
         results.update(new)
+        calls = calls + [invocation(args, [s for s in todo if key(s) in new], results, key, start,
+                                    seeds=sorted({s["seed"] for s in todo}), family=args.family, sweep=True)]
+        store.header = {"invocations": calls}
         store.save(results)
-    out.with_suffix(".md").write_text(page(list(results.values())))
-    plot(results, out.with_suffix(".png"))
+    saved = {"invocations": calls, "results": list(results.values())} if calls else list(results.values())
+    out.with_suffix(".md").write_text(page(saved))
+    plot(by_run(list(results.values())), out.with_suffix(".png"))
     print(f"wrote {out}.md, .json and .png")
     report_failed(failed)
 

@@ -5,13 +5,21 @@ base config with the same budget of local iterations (a FedAvg round with delay 
 for the whole budget, as ``fedray sweep`` trials (``fedray.repro.run_specs``, ``--sweep``), the MB to a
 target read at the first evaluation that reaches it. The test set is checked every
 ``--eval-every`` iterations (every round for FedAvg with n above that), so MB are read at that
-resolution. Writes docs/repro_table42_<config>.md (our MB to each target beside the paper's
-Fashion-MNIST column; it says which targets are the paper's and which were given with ``--targets``),
-.json (every evaluation: iterations, accuracy, bytes) and .png (accuracy against iterations and
-against upload MB, as in Fig. 4.5). A run with the same config, budget, evaluation interval, signSGD
-step as the saved .json merges into it (``--methods`` re-runs a few methods).
+resolution. A seed (``--seeds``) sets the run's seed and the split's (``seed``, ``data.seed``). Writes
+docs/repro_table42_<config>.md (our MB to each target beside the paper's Fashion-MNIST column, the
+mean over the seeds that reach it where several are saved; it says which targets are the paper's and
+which were given with ``--targets``), .json (every evaluation: iterations, accuracy, bytes) and .png
+(accuracy against iterations and against upload MB, as in Fig. 4.5). A run with the same config,
+budget, evaluation interval, signSGD step as the saved .json merges into it (``--methods`` re-runs a
+few methods, ``--seeds`` adds seeds).
+
+The claims (``scripts/claims.py``): each STC variant against every other method of the table, in both
+configs, on the MB to each config's target (``FAMILY``). ``--family`` runs exactly their runs, both
+configs at seeds 0-4, in one call at one commit.
 
     python scripts/repro_table42.py configs/repro_thesis_table42_lstm.yaml --budget 3000
+    python scripts/repro_table42.py configs/repro_thesis_table42_lstm.yaml --budget 3000 --seeds 1 2
+    python scripts/repro_table42.py --family --jobs 2   # the claims' runs, in one call at one commit
     python scripts/repro_table42.py configs/repro_thesis_table42_lstm.yaml --plot-only
 """
 
@@ -19,11 +27,13 @@ from __future__ import annotations
 
 import argparse
 import math
+import time
 from pathlib import Path
 
 from fedray.config import load_config
 from fedray.figures import figure, save_figure
-from fedray.repro import Store, listing, markdown_table, report_failed, run_specs
+from fedray.provenance import source
+from fedray.repro import Store, invocation, listing, markdown_table, report_failed, run_specs
 
 from grid_report import runs_line, setup
 
@@ -46,6 +56,19 @@ PAPER_SETUP = {"data set": "Fashion-MNIST (iid, balanced, 10 classes per client)
                "model": "LSTM, 2 layers of 128 (216,330 parameters)",
                "local training": "sgd, lr 0.04, momentum 0 or 0.9, batch 20, 1 step a round (FedAvg: n)"}
 
+# the claims (scripts/claims.py), declared before the runs: each STC variant (the thesis's proposal)
+# against every other method of Table 4.2, in each config, on PRIMARY: the MB up + down to first reach
+# the config's target, compared as log10(MB_B / MB_A) (above zero where A needs less); SECONDARY the
+# upload alone. A seed in which either side never reaches the target is left out of that pair.
+PROPOSED = ("STC p=1/25", "STC p=1/100", "STC p=1/400")
+BASELINES = ("Baseline", "signSGD", "FedAvg n=25", "FedAvg n=100", "FedAvg n=400")
+PRIMARY, SECONDARY = "mb_to_target", "mb_up_to_target"
+# config (configs/<name>.yaml): (budget of local iterations, target). The thesis's 0.89 is out of reach of
+# both budgets; each target is one every method reached within the budget in the seed-0 runs (logistic
+# regression: signSGD's best was 0.822; LSTM: STC p=1/400's best was 0.693), so that every claim can be tested.
+FAMILY = {"repro_thesis_table42_logreg": (5000, 0.82), "repro_thesis_table42_lstm": (3000, 0.65)}
+FAMILY_SEEDS = (0, 1, 2, 3, 4)  # each sets the run's seed and the split
+
 
 def deviations(saved: dict, config) -> list[tuple[str, str]]:
     """The page's deviations from the thesis's column, with the reason (from its runs where they give it)."""
@@ -67,16 +90,23 @@ def deviations(saved: dict, config) -> list[tuple[str, str]]:
     return out
 
 
-def specs(sign_step: float, budget: int, eval_every: int, methods: list[str]) -> list[dict]:
-    """Each method with the budget of local iterations (a round of delay n counts n), seed 0 (the config's)."""
+def specs(sign_step: float, budget: int, eval_every: int, methods: list[str], seeds=(0,)) -> list[dict]:
+    """Each method at each seed with the budget of local iterations (a round of delay n counts n); the
+    sweep sets a seed's run and split (``seed``, ``data.seed``)."""
     out = []
-    for name in methods:
-        algorithm, steps, _ = METHODS[name]
-        out.append({"method": name, "seed": 0,
-                    "overrides": [f"algorithm={algorithm.replace('SIGN_STEP', str(sign_step))}",
-                                  f"training.steps={steps}", f"federation.rounds={max(budget // steps, 1)}",
-                                  f"federation.eval_every={max(1, eval_every // steps)}"]})
+    for seed in seeds:
+        for name in methods:
+            algorithm, steps, _ = METHODS[name]
+            out.append({"method": name, "seed": seed,
+                        "overrides": [f"algorithm={algorithm.replace('SIGN_STEP', str(sign_step))}",
+                                      f"training.steps={steps}", f"federation.rounds={max(budget // steps, 1)}",
+                                      f"federation.eval_every={max(1, eval_every // steps)}"]})
     return out
+
+
+def key(r: dict) -> tuple[str, int]:
+    """A result's identity: its method and seed (runs saved before seeds were kept are seed 0)."""
+    return r["method"], r.get("seed", 0)
 
 
 def record(rnd: int, m: dict, config) -> dict | None:
@@ -88,48 +118,77 @@ def record(rnd: int, m: dict, config) -> dict | None:
 
 
 def run(config: Path, todo: list[dict], sweep: Path, jobs: int | None) -> tuple[dict, list]:
-    """The methods as a sweep of ``config``: every evaluation of each; and the failed trials."""
+    """The methods as a sweep of ``config``: every evaluation of each, its seed and its commit; and the
+    failed trials."""
     done, failed = run_specs(config, todo, lambda s: s["method"], sweep, record, jobs=jobs)
-    return {spec["method"]: {"method": spec["method"], "evals": r.records,
-                             "clients_per_round": r.config.federation.clients_per_round} for spec, r in done}, failed
+    results = [{"method": spec["method"], "seed": spec["seed"], "evals": r.records,
+                "clients_per_round": r.config.federation.clients_per_round, "wall_s": r.wall_s,
+                "provenance": r.summary.get("provenance")} for spec, r in done]
+    return {key(r): r for r in results}, failed
 
 
 def first_reaching(evals: list[dict], target: float) -> dict | None:
     return next((e for e in evals if e["accuracy"] >= target), None)
 
 
-def provenance(targets: list[float]) -> str:
-    """Which targets are the paper's and which were given on the command line."""
-    given = [f"{t}" for t in targets if t != PAPER_TARGET]
+def provenance(targets: list[float], config: str = "") -> str:
+    """Which targets are the paper's, which the claims' family's and which were given on the command line."""
+    family = FAMILY.get(Path(config).stem, (None, None))[1]
+    given = [f"{t}" for t in targets if t not in (PAPER_TARGET, family)]
     parts = [f"{PAPER_TARGET} is the paper's"] if PAPER_TARGET in targets else []
+    if family in targets:
+        parts.append(f"{family} the claims' (`--family`; reproductions.md's claims table)")
     if given:
         parts.append(f"{listing(given)} {'were' if len(given) > 1 else 'was'} given on the command line (`--targets`)")
     return "Targets: " + "; ".join(parts) + "."
 
 
-def row(name: str, result: dict, targets: list[float], slots: int) -> list[str]:
+def by_method(results: list[dict]) -> dict[str, list[dict]]:
+    """The saved results of each method of the table, in seed order."""
+    return {m: sorted((r for r in results if r["method"] == m), key=key) for m in METHODS
+            if any(r["method"] == m for r in results)}
+
+
+def seeds_of(results: list[dict]) -> list[int]:
+    return sorted({r.get("seed", 0) for r in results})
+
+
+def mean(values) -> float:
+    values = list(values)
+    return sum(values) / len(values)
+
+
+def row(name: str, runs: list[dict], targets: list[float], slots: int) -> list[str]:
+    """A method's cells: MB up / down to each target (the mean over the seeds that reach it, and how many
+    did, where several seeds are saved), its best accuracy (the mean of each seed's), the paper's."""
     cells = []
     for t in targets:
-        e = first_reaching(result["evals"], t)
-        cells.append(f"{e['mb_up']:.1f} / {e['mb_down']:.1f} ({e['mb_up'] / slots:.2f} / "
-                     f"{e['mb_down'] / slots:.2f}; {e['iterations']} it.)" if e else "n.a.")
-    best = max((e["accuracy"] for e in result["evals"]), default=math.nan)
+        first = [e for r in runs if (e := first_reaching(r["evals"], t))]
+        up, down, it = (mean(e[k] for e in first) for k in ("mb_up", "mb_down", "iterations")) if first else (0, 0, 0)
+        cells.append((f"{up:.1f} / {down:.1f} ({up / slots:.2f} / {down / slots:.2f}; {it:.0f} it."
+                      + (f"; {len(first)} of {len(runs)} seeds)" if len(runs) > 1 else ")")) if first else
+                     "n.a." if len(runs) == 1 else f"n.a. (0 of {len(runs)} seeds)")
+    best = mean(max((e["accuracy"] for e in r["evals"]), default=math.nan) for r in runs)
     paper = METHODS[name][2]
     return [name, f"{best:.4f}", *cells, f"{paper[0]} / {paper[1]}"]
 
 
 def page(saved: dict) -> str:
     """docs/repro_table42_<config>.md from what its .json holds."""
-    targets, results = saved["targets"], {r["method"]: r for r in saved["results"]}
-    slots = next(iter(results.values()))["clients_per_round"]
+    targets, results = saved["targets"], by_method(saved["results"])
+    slots = saved["results"][0]["clients_per_round"]
+    seeds = seeds_of(saved["results"])
+    several = (f" Seeds {', '.join(map(str, seeds))}, each the run's seed and the split's: a cell is the mean over the "
+               "seeds that reach the target, with how many did, and the best accuracy the mean of each seed's."
+               if len(seeds) > 1 else "")
     lines = [f"# Thesis Table 4.2, our run of `{saved['config']}`",
              "", f"Budget {saved['budget']} local iterations per method, test accuracy every "
              f"{saved['eval_every']} iterations, signSGD step {saved['sign_step']}. Cells: MB up / down to reach the "
              f"target, summed over all clients, then in brackets per client slot (the total divided by the "
-             f"{slots} clients of a round) and the iterations it took. Paper: Fashion-MNIST LSTM column, target "
-             f"{PAPER_TARGET}. {provenance(targets)}", ""]
+             f"{slots} clients of a round) and the iterations it took.{several} Paper: Fashion-MNIST LSTM column, "
+             f"target {PAPER_TARGET}. {provenance(targets, saved['config'])}", ""]
     header = ["method", "best acc."] + [f"to {t}" for t in targets] + [f"paper @{PAPER_TARGET} up / down"]
-    rows = [row(name, results[name], targets, slots) for name in METHODS if name in results]
+    rows = [row(name, runs, targets, slots) for name, runs in results.items()]
     config, overrides = ROOT / saved["config"], specs(saved["sign_step"], saved["budget"], saved["eval_every"],
                                                       ["Baseline"])[0]["overrides"]
     setup_lines = (["## Setup", "", f"`{saved['config']}` as the baseline runs it (`{' '.join(overrides)}`); the other "
@@ -141,12 +200,13 @@ def page(saved: dict) -> str:
 
 
 def write_outputs(saved: dict, out: Path) -> None:
-    targets, results = saved["targets"], {r["method"]: r for r in saved["results"]}
-    slots = next(iter(results.values()))["clients_per_round"]
+    """The page, and the figure of each method's first seed."""
+    targets, results = saved["targets"], by_method(saved["results"])
+    slots = saved["results"][0]["clients_per_round"]
     out.with_suffix(".md").write_text(page(saved))
     fig, (left, right) = figure(1, 2, figsize=(12, 4.5), sharey=True)
-    for name in (n for n in METHODS if n in results):
-        evals = results[name]["evals"]
+    for name, runs in results.items():
+        evals = runs[0]["evals"]
         acc = [e["accuracy"] for e in evals]
         left.plot([e["iterations"] for e in evals], acc, label=name)
         right.plot([e["mb_up"] / slots for e in evals], acc, label=name)
@@ -156,43 +216,80 @@ def write_outputs(saved: dict, out: Path) -> None:
     left.set(xlabel="local iterations", ylabel="test accuracy")
     right.set(xscale="log", xlabel="MB uploaded per client slot (log)")
     right.legend(fontsize=8, loc="lower right")
-    save_figure(fig, out.with_suffix(".png"), dpi=110, title=f"Table 4.2 / Fig. 4.5 scaled: {saved['config']}")
+    seeds = seeds_of(saved["results"])
+    save_figure(fig, out.with_suffix(".png"), dpi=110, title=f"Table 4.2 / Fig. 4.5 scaled: {saved['config']}"
+                + (f", seed {seeds[0]}" if len(seeds) > 1 else ""))
+
+
+def table(args: argparse.Namespace, config: str, budget: int, methods: list[str], seeds: list[int],
+          targets: list[float] | None, sweep: Path, extra: tuple[float, ...] = ()) -> list:
+    """One call's runs of ``config`` (a path from the working folder or the repository's root), merged
+    into its saved .json, and its page. Its targets: ``targets``, else the saved page's, else the
+    paper's; with ``extra`` (the claims' target). Returns the failed trials."""
+    out = args.out / f"repro_table42_{Path(config).stem}"
+    header = {"config": config, "budget": budget, "eval_every": args.eval_every, "sign_step": args.sign_step}
+    store = Store(out.with_suffix(".json"), key=key, header=header, match=tuple(header))
+    saved = store.read() or {}
+    same = all(saved.get(k) == v for k, v in header.items())
+    if args.plot_only:
+        write_outputs({**saved, "targets": sorted(targets or saved["targets"])}, out)
+        return []
+    header["targets"] = sorted({*(targets or (saved.get("targets") if same else None) or [PAPER_TARGET]), *extra})
+    start = time.perf_counter()
+    path = Path(config) if Path(config).exists() else ROOT / config
+    new, failed = run(path, specs(args.sign_step, budget, args.eval_every, methods, seeds), sweep, args.jobs)
+    for r in new.values():
+        print(f"{r['method']:13} seed {r['seed']}: best {max(e['accuracy'] for e in r['evals']):.4f} in "
+              f"{r['evals'][-1]['iterations']} it., {r['evals'][-1]['mb_up']:.1f} MB up in all")
+    results = {**store.load(), **new}
+    call = invocation(argparse.Namespace(only=None, rounds=None, jobs=args.jobs), list(new.values()), new, key, start,
+                      methods=methods, seeds=list(seeds), family=args.family, sweep=True)
+    store.header = {**header, "invocations": (saved.get("invocations", []) if same else []) + [call]}
+    store.save(results)
+    write_outputs({**store.header, "results": list(results.values())}, out)
+    print(f"wrote {out}.md, .json and .png")
+    return failed
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("config", type=Path)
+    parser.add_argument("config", type=Path, nargs="?", help="the base config (with --family: only its part of the "
+                                                             "family; default: every config of FAMILY)")
     parser.add_argument("--targets", type=float, nargs="+",
-                        help=f"accuracies to report MB for (default {PAPER_TARGET}, the paper's); with --plot-only, "
-                             f"the targets of the redrawn table")
-    parser.add_argument("--budget", type=int, default=20000, help="local iterations per method")
+                        help=f"accuracies to report MB for (default: the saved page's, else {PAPER_TARGET}, the "
+                             f"paper's); with --plot-only, the targets of the redrawn table")
+    parser.add_argument("--budget", type=int, help="local iterations per method (default 20000; --family: FAMILY's)")
     parser.add_argument("--eval-every", type=int, default=50, help="iterations between test evaluations")
     parser.add_argument("--sign-step", type=float, default=0.0002, help="signSGD's delta (thesis: 0.0002)")
     parser.add_argument("--methods", nargs="+", choices=list(METHODS), default=list(METHODS))
+    parser.add_argument("--seeds", type=int, nargs="+", default=[0],
+                        help="seeds, each the run's and the split's (merged into the saved results)")
+    parser.add_argument("--family", action="store_true",
+                        help="the claims' family: every method at seeds 0-4, with FAMILY's budget and target, for "
+                             "each config of FAMILY in one call")
     parser.add_argument("--jobs", type=int, help="trials at once (default: one per CPU of Ray)")
-    parser.add_argument("--sweep", type=Path, help="the sweep folder (default runs/repro/table42_<config>)")
+    parser.add_argument("--sweep", type=Path, help="the sweep folder (default runs/repro/table42_<config>/budget<N>; "
+                                                   "--family: <sweep>/<config>, default .../family-<commit>)")
+    parser.add_argument("--out", type=Path, default=ROOT / "docs", help="the folder of the .json, .md and .png")
     parser.add_argument("--plot-only", action="store_true", help="redraw from the saved .json")
     args = parser.parse_args()
-    out = ROOT / "docs" / f"repro_table42_{args.config.stem}"
-    targets = sorted(args.targets or [PAPER_TARGET])
-    header = {"config": str(args.config), "budget": args.budget, "eval_every": args.eval_every,
-              "sign_step": args.sign_step, "targets": targets}
-    store = Store(out.with_suffix(".json"), key=lambda r: r["method"], header=header,
-                  match=("config", "budget", "eval_every", "sign_step"))
-    if args.plot_only:
-        saved = store.read()
-        saved["targets"] = sorted(args.targets or saved["targets"])
-        write_outputs(saved, out)
-        return
-    sweep = args.sweep or Path("runs") / "repro" / f"table42_{args.config.stem}" / f"budget{args.budget}"
-    new, failed = run(args.config, specs(args.sign_step, args.budget, args.eval_every, args.methods), sweep, args.jobs)
-    for r in new.values():
-        print(f"{r['method']:13} best {max(e['accuracy'] for e in r['evals']):.4f} in "
-              f"{r['evals'][-1]['iterations']} it., {r['evals'][-1]['mb_up']:.1f} MB up in all")
-    results = {**store.load(), **new}
-    store.save(results)
-    write_outputs({**header, "results": list(results.values())}, out)
-    print(f"wrote {out}.md, .json and .png")
+    failed = []
+    if args.family:
+        stems = [args.config.stem] if args.config else list(FAMILY)
+        if any(s not in FAMILY for s in stems):
+            parser.error(f"--family runs {listing(FAMILY)}, not {args.config}")
+        commit = (source()["commit"] or "none")[:9]
+        for stem in stems:
+            budget, target = FAMILY[stem]
+            sweep = args.sweep / stem if args.sweep else Path("runs") / "repro" / f"table42_{stem}" / f"family-{commit}"
+            failed += table(args, f"configs/{stem}.yaml", budget, [m for m in METHODS if m in (*PROPOSED, *BASELINES)],
+                            list(FAMILY_SEEDS), args.targets, sweep, (target,))
+    else:
+        if args.config is None:
+            parser.error("give a config, or --family")
+        budget = args.budget or 20000
+        sweep = args.sweep or Path("runs") / "repro" / f"table42_{args.config.stem}" / f"budget{budget}"
+        failed = table(args, str(args.config), budget, args.methods, args.seeds, args.targets, sweep)
     report_failed(failed)
 
 
