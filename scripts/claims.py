@@ -392,8 +392,11 @@ def verdict_lines(family: Callable[[], Family], what: str, paper: str, digits: i
     if t.refused:
         return [f"The claims' runs do not make one family: {t.refused}.", ""]
     if not t.commit:
-        return ["The claims' runs carry no commit: their differences are shown in reproductions.md's claims table "
-                "without verdicts.", ""]
+        return [f"The runs of the claims ({what}) carry no commit: their differences are shown in reproductions.md's "
+                "claims table without verdicts.", ""]
+    if {v for *_, v in t.rows} == {"one seed"}:
+        return [f"The claims ({what}) have one run per scene: their differences are shown in reproductions.md's "
+                "claims table without verdicts.", ""]
     said = {v: [f"{c.a} > {c.b} ({c.scene}: {p.difference.text(digits)})" for c, p, _, verdict in t.rows if verdict == v]
             for v in ("holds", "reversed")}
     shown = len(t.rows) - len(said["holds"]) - len(said["reversed"])

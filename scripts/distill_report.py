@@ -17,8 +17,8 @@ from fedray.figures import figure, save_figure
 from fedray.repro import listing, markdown_table
 
 from grid_report import accuracies, best, command, final, runs_line, setup, wall_time
-from repro_distill import (ALPHAS, ALPHAS51, ALPHAS52, ARCHS, COMPARE, LR_CHECK, LR_CHECK_ALPHA, METHODS, METHODS52,
-                           MODES, TABLE51, TABLE52, TARGETS52)
+from repro_distill import (ALPHAS, ALPHAS51, ALPHAS52, ARCHS, BASELINES51, BASELINES52, COMPARE, LR_CHECK,
+                           LR_CHECK_ALPHA, METHODS, METHODS52, MODES, PROPOSED52, TABLE51, TABLE52, TARGETS52)
 
 # Table 5.1: maximum accuracy (%) in 50 rounds, 20 clients, C = 20%; (init previous, init random, dual)
 PAPER51 = {"MNIST (LeNet)": {100.0: (98.1, 96.7, 97.8), 1.0: (97.9, 96.4, 97.5), 0.1: (92.6, 90.1, 92.7)},
@@ -555,12 +555,43 @@ def plot(results: dict[str, dict], path: Path) -> None:
                                  + (f"; Tables 5.1 and 5.2: the mean of {len(seeds)} seeds)" if len(seeds) > 1 else ")"))
 
 
+def paper52_totals() -> dict[tuple, list[float]]:
+    """Table 5.2's MB up + down per client, by row, in METHODS52's order (FedAvg, FD, then the CFD variants)."""
+    def values(text: str) -> list[float]:
+        return [float(v.split("(")[0]) for v in text.split()]
+
+    return {row: [u + d for u, d in zip(*map(values, text.split(" / ")))] for row, text in PAPER52.items()}
+
+
+def verdict_lines() -> list[str]:
+    """What holds of Tables 5.1 and 5.2 (``scripts/claims.py``), beside the thesis's own cells."""
+    import claims
+
+    modes = list(MODES)
+    above51 = {b: sum(cells[modes.index("dual")] > cells[modes.index(b)] for rows in PAPER51.values()
+                      for cells in rows.values()) for b in BASELINES51}
+    cells51 = sum(len(rows) for rows in PAPER51.values())
+    methods = list(METHODS52)
+    totals = paper52_totals()
+    less52 = sum(t[methods.index(a)] < t[methods.index(b)] for t in totals.values() for a in PROPOSED52
+                 for b in BASELINES52)
+    return (claims.verdict_lines(claims.distill_family, "Dual Distill against the other two modes at each alpha, on the "
+                                 "maximum accuracy", "The thesis has Dual Distill above "
+                                 + " and ".join(f"{MODES[b]} in {above51[b]} of its {cells51} cells" for b in BASELINES51)
+                                 + " (MNIST and CIFAR-10).")
+            + claims.verdict_lines(claims.table52_family, "each CFD variant against FD and FedAvg at each alpha, on the "
+                                   "MB to the target", f"In the thesis's Table 5.2 a CFD variant needs fewer MB up and "
+                                   f"down than the baseline in {less52} of its {len(totals) * len(PROPOSED52) * len(BASELINES52)} "
+                                   "such comparisons (ResNet-18 and VGG-16 on CIFAR-10).", digits=2))
+
+
 def page(saved: dict) -> str:
     """docs/repro_distill.md from what docs/repro_distill.json holds."""
     from repro_distill import key
 
     results, meta = {key(r): r for r in saved["runs"]}, saved.get("meta", {})
-    lines = (header_lines(meta, results) + table51_lines(results) + lrcheck_lines(results) + compare_lines(results)
+    header = header_lines(meta, results)
+    lines = (header[:2] + verdict_lines() + header[2:] + table51_lines(results) + lrcheck_lines(results) + compare_lines(results)
              + table52_lines(results))
     return "\n".join(lines) + "\n"
 

@@ -173,6 +173,17 @@ def row(name: str, runs: list[dict], targets: list[float], slots: int) -> list[s
     return [name, f"{best:.4f}", *cells, f"{paper[0]} / {paper[1]}"]
 
 
+def verdict_lines() -> list[str]:
+    """What holds of Table 4.2's family (``scripts/claims.py``: both configs), beside the thesis's column."""
+    import claims
+
+    less = sum(sum(METHODS[a][2]) < sum(METHODS[b][2]) for a in PROPOSED for b in BASELINES)
+    return claims.verdict_lines(claims.table42_family, "each STC variant against every other method of the table in "
+                                "both configs, on the MB up and down to the target", "In the thesis's Fashion-MNIST "
+                                f"column an STC variant needs fewer MB up and down to {PAPER_TARGET} than the other "
+                                f"method in {less} of these {len(PROPOSED) * len(BASELINES)} comparisons.", digits=2)
+
+
 def page(saved: dict) -> str:
     """docs/repro_table42_<config>.md from what its .json holds."""
     targets, results = saved["targets"], by_method(saved["results"])
@@ -181,8 +192,8 @@ def page(saved: dict) -> str:
     several = (f" Seeds {', '.join(map(str, seeds))}, each the run's seed and the split's: a cell is the mean over the "
                "seeds that reach the target, with how many did, and the best accuracy the mean of each seed's."
                if len(seeds) > 1 else "")
-    lines = [f"# Thesis Table 4.2, our run of `{saved['config']}`",
-             "", f"Budget {saved['budget']} local iterations per method, test accuracy every "
+    lines = [f"# Thesis Table 4.2, our run of `{saved['config']}`", "", *verdict_lines(),
+             f"Budget {saved['budget']} local iterations per method, test accuracy every "
              f"{saved['eval_every']} iterations, signSGD step {saved['sign_step']}. Cells: MB up / down to reach the "
              f"target, summed over all clients, then in brackets per client slot (the total divided by the "
              f"{slots} clients of a round) and the iterations it took.{several} Paper: Fashion-MNIST LSTM column, "
