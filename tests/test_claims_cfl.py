@@ -3,24 +3,15 @@ the four scenes, paired by seed, on the benign clients' final accuracy; and scri
 JSON, page and summary from runs of several seeds, with the old bare list of seed-0 runs still read."""
 
 import copy
-import importlib.util
 import json
-import sys
 from pathlib import Path
 
 import pytest
 
+from tests.test_generated_docs import script
+
 ROOT = Path(__file__).resolve().parents[1]
 COMMIT = "c" * 40
-
-
-def script(name):
-    sys.path.insert(0, str(ROOT / "scripts"))
-    spec = importlib.util.spec_from_file_location(name, ROOT / "scripts" / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module  # its dataclasses look their module up
-    spec.loader.exec_module(module)
-    return module
 
 
 def _provenance(seed, commit=COMMIT):
