@@ -98,6 +98,18 @@ def test_the_claims_table_words_each_claim_by_its_corrected_interval():
     assert {k for k, v in said.items() if v == "reversed"} == {
         ("MrTF (ST+RD+CLR)", b, "alpha 1") for b in ("FedAvg (PA)", "FedProx", "FedMMD", "FedAvgM", "FedAdam")}
     assert list(said.values()).count("not shown") == 51
+    # the thesis's Tables 5.1 and 5.2, five split seeds, one call at 5a51bc5: Dual Distill above Init Random
+    # and below Init Previous at alpha 100 and 1; CFD-1-1 and CFD_delta-1-1 need fewer MB than FD in three scenes
+    t51, t52 = results["Thesis Table 5.1"], results["Thesis Table 5.2"]
+    assert t51.commit.startswith("5a51bc52f") and t52.commit == t51.commit
+    said = {(c.b, c.scene): v for c, _, _, v in t51.rows}
+    assert {k for k, v in said.items() if v == "holds"} == {("Init Random", "alpha 100"), ("Init Random", "alpha 1")}
+    assert {k for k, v in said.items() if v == "reversed"} == {("Init Previous", "alpha 100"),
+                                                              ("Init Previous", "alpha 1")}
+    held = {(c.a, c.b, c.scene.split(" (")[0]) for c, _, _, v in t52.rows if v == "holds"}
+    assert held == {("CFD_Δ-1-1", "FD", "alpha 100, to 81%"), ("CFD-1-1", "FD", "alpha 0.1, to 63%"),
+                    ("CFD_Δ-1-1", "FD", "alpha 0.1, to 63%")}
+    assert [v for *_, v in t52.rows].count("not shown") == 21
     # the runs recorded before runs carried their commit give no verdict
     assert {v for *_, v in results["FedGen"].rows} == {script("claims").WITHHELD}
     assert {v for *_, v in results["Thesis Table 6.2"].rows} == {"one seed"}
