@@ -19,7 +19,7 @@ from fedray.method import resolve
 from fedray.tracking import read_scalars
 from tests.integration.conftest import small_config
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.cluster]
 
 
 def cluster_of(*cpus: int) -> tuple[Cluster, list]:

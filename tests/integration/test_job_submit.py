@@ -31,7 +31,7 @@ import pytest
 import yaml
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.cluster]
 ROOT = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent
 RAY = str(BIN / "ray") if (BIN / "ray").exists() else shutil.which("ray")
