@@ -25,7 +25,7 @@ import math
 import sys
 from collections import Counter
 from pathlib import Path
-from typing import Callable
+from typing import Any, Callable
 
 ROOT = Path(__file__).resolve().parents[1]
 DOCS = ROOT / "docs"
@@ -1007,10 +1007,18 @@ def notes() -> list[str]:
     """The notes block: where the runs came from, then each topic's sentences, each computed from its JSON."""
     sources = [s for _, files, _ in NOTES for s in files]
     commits: dict[str, list[str]] = {}
-    for s in sources:
+    for s in sources:  # per experiment of a file: a file's tables may come from calls at different commits
         data = load(s)
-        if data is not None:
-            commits.setdefault(runs_commit_text(ALL_RUNS.get(s, results_of)(data), s), []).append(f"`{s}`")
+        if data is None:
+            continue
+        experiments: dict[Any, list[dict[str, Any]]] = {}
+        for run in ALL_RUNS.get(s, results_of)(data):
+            experiments.setdefault(run.get("experiment"), []).append(run)
+        texts: dict[str, list[str]] = {}
+        for experiment, runs in experiments.items():
+            texts.setdefault(runs_commit_text(runs, f"{s} {experiment}" if experiment else s), []).append(experiment)
+        for text, names in texts.items():
+            commits.setdefault(text, []).append(f"`{s}`" if len(texts) == 1 else f"`{s}` ({', '.join(names)})")
     lines = ["Written by `scripts/docs.py`: every statement about our runs below is computed from the runs' JSON "
              "(the other sentences give the papers' numbers and our settings), and verdicts on one method against "
              "another are left to the claims table. The runs: "

@@ -132,6 +132,10 @@ def test_the_notes_are_computed_from_the_json(monkeypatch):
     text = (docs.DOCS / docs.SUMMARY).read_text()
     block = text[text.index(docs.NOTES_START):text.index(docs.NOTES_END)]
     assert block.strip() == "\n".join([docs.NOTES_START, *docs.notes()])
+    # a file whose tables ran in calls at different commits names each table's commit
+    first = docs.notes()[0]
+    assert "`repro_distill.json` (lrcheck, compare): commit `2cdff89ea`" in first
+    assert "`repro_distill.json` (table51, table52): commit `5a51bc52f`" in first
     saved = docs.load("repro_cfl.json")
     byzantine = next(r for r in script("repro_cfl").results_of(saved)
                      if r["experiment"] == "table62/byzantine" and r["method"] == "CFL")
