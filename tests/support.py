@@ -1,8 +1,11 @@
 """Helpers shared by tests: build a method's halves from a config the way a run does; a user's observer;
-two states compared to the bit."""
+two states compared to the bit; a script of scripts/ imported as a module."""
 
+import importlib.util
 import math
+import sys
 from collections import OrderedDict
+from pathlib import Path
 
 import numpy as np
 import torch
@@ -63,3 +66,14 @@ def same(a, b) -> bool:
     if isinstance(a, (np.generic, int, str, bytes, type(None), bool, set, frozenset, complex)):
         return a.tobytes() == b.tobytes() if isinstance(a, np.generic) else a == b
     return same(vars(a), vars(b))
+
+
+def script(name: str):
+    """``scripts/<name>.py`` as a module (the scripts import each other from that folder)."""
+    folder = Path(__file__).resolve().parents[1] / "scripts"
+    sys.path.insert(0, str(folder))
+    spec = importlib.util.spec_from_file_location(name, folder / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module  # its dataclasses look their module up
+    spec.loader.exec_module(module)
+    return module

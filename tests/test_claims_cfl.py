@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.test_generated_docs import script
+from tests.support import script
 
 ROOT = Path(__file__).resolve().parents[1]
 COMMIT = "c" * 40

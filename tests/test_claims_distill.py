@@ -8,7 +8,7 @@ import math
 
 import pytest
 
-from tests.test_generated_docs import script
+from tests.support import script
 
 
 def _provenance(seed, commit="c" * 40):

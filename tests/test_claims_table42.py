@@ -10,7 +10,7 @@ import sys
 import pytest
 from scipy.stats import t as t_dist
 
-from tests.test_generated_docs import script
+from tests.support import script
 
 COMMIT = "c" * 40
 

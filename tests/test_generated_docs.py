@@ -2,22 +2,13 @@
 each reproduction page, the summary table, the notes and the claims table of docs/reproductions.md. A
 changed run, or a hand-edited number, fails here."""
 
-import importlib.util
 import json
 import re
-import sys
 from pathlib import Path
 
+from tests.support import script
+
 ROOT = Path(__file__).resolve().parents[1]
-
-
-def script(name):
-    sys.path.insert(0, str(ROOT / "scripts"))
-    spec = importlib.util.spec_from_file_location(name, ROOT / "scripts" / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module  # its dataclasses look their module up
-    spec.loader.exec_module(module)
-    return module
 
 
 def test_every_generated_page_is_what_its_json_gives():

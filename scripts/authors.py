@@ -1,0 +1,255 @@
+"""fedray beside the authors' own code: the same splits, model, hyperparameters, rounds, client
+schedule and test set, run through fedray and through a checkout of the paper's public
+implementation; for each method, the paired difference fedray minus authors of the paper's primary
+measure, per seed that varies the split.
+
+    git clone https://github.com/zhuangdizhu/FedGen /path/to/FedGen
+    python scripts/authors.py fedgen --checkout /path/to/FedGen
+    python scripts/authors.py fedgen --checkout /path/to/FedGen --methods fedavg fedgen --alphas 0.1 --seeds 0 1
+
+Per call: fedray's runs as a sweep (``fedray.repro.run_specs``, the reproduction script's specs)
+into ``--work``/fedray; then each seed's inputs, exported from the config of that seed's fedray
+run (``scripts/authors_<paper>.py``, ``export``) into ``--work``/setup; then the authors' runs, one
+process each, ``--jobs`` at once, into ``--work``/authors (a stopped call resumes: finished runs
+are kept). The authors' code runs unchanged from its checkout: the adapter only swaps at run time
+what the docs list (unused imports, the client draw, where results go) and adds fedray's measure.
+
+The rows go to ``docs/authors.json`` (a row per paper, method and scene; a new row replaces the
+saved one), and ``scripts/docs.py`` writes docs/authors.md from them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from fedray.repro import Store, cpu_model, run_specs  # noqa: E402
+from fedray.stats import paired  # noqa: E402
+
+OUT = ROOT / "docs" / "authors.json"
+# what a difference's cause is, once found: (paper, method) -> text; empty where the two agree
+CAUSES: dict[tuple[str, str], str] = {}
+
+
+def checkout_commit(path: Path) -> tuple[str, bool]:
+    """The commit of the authors' checkout and whether its tracked files differ from it."""
+    head = subprocess.run(["git", "-C", str(path), "rev-parse", "HEAD"], capture_output=True, text=True)
+    if head.returncode != 0:
+        raise SystemExit(f"{path}: not a git checkout of the authors' code (git rev-parse HEAD failed); clone it")
+    status = subprocess.run(["git", "-C", str(path), "status", "--porcelain", "--untracked-files=no"],
+                            capture_output=True, text=True)
+    return head.stdout.strip(), bool(status.stdout.strip())
+
+
+class FedGen:
+    """FedGen Table 1 (MNIST rows, here Fashion-MNIST at the reproduction's scale): FedAvg, FedProx,
+    FedDistill, FedDistill+, FedEnsemble and FedGen in both of fedray's rules, against the authors'
+    code's FedGen; measure: the mean of a run's top-5 rounds (Table 1's)."""
+
+    name = "FedGen"
+    repo = "zhuangdizhu/FedGen"
+    measure = "mean of the top-5 rounds' test accuracy, %"
+
+    def __init__(self, args: argparse.Namespace):
+        import authors_fedgen
+        import repro_fedgen
+
+        self.adapter, self.repro, self.args = authors_fedgen, repro_fedgen, args
+        self.methods = args.methods or list(authors_fedgen.METHODS)
+        self.scenes = args.alphas or list(repro_fedgen.ALPHAS)
+        self.rounds = args.rounds or 100
+
+    def specs(self) -> list[dict]:
+        return [self.repro.spec("table1", m, a, s, self.rounds) for m in self.methods for a in self.scenes
+                for s in self.args.seeds]
+
+    def fedray_runs(self) -> dict[tuple[str, float, int], tuple[float, float, object]]:
+        """fedray's runs: (method, alpha, seed) -> (the measure, wall seconds, the run's config)."""
+        done, failed = run_specs(ROOT / "configs" / "fedgen.yaml", self.specs(), self.repro.variant,
+                                 self.args.work / "fedray", self.repro.record, jobs=self.args.jobs)
+        if failed:
+            raise SystemExit(f"{len(failed)} fedray runs did not finish: {failed[0].get('error', failed[0])}")
+        return {(s["method"], s["alpha"], s["seed"]): (100 * self.repro.top5({"history": r.records}, self.field(s["method"])),
+                                                       r.wall_s, r.config) for s, r in done}
+
+    @staticmethod
+    def field(method: str) -> str:
+        """The score a method is measured on (as in scripts/claims.py): FedDistill's users keep their
+        own models, scored on the test samples of the labels each holds."""
+        return "personal" if method == "feddistill" else "accuracy"
+
+    def authors_measure(self, method: str, result: dict) -> float:
+        return 100 * self.adapter.top5(result[self.field(method)])
+
+    def own_measure(self, result: dict) -> float:
+        return 100 * self.adapter.top5(result["authors_accuracy"])
+
+    def scene_text(self, alpha: float) -> str:
+        return f"alpha {alpha:g}"
+
+
+PAPERS = {"fedgen": FedGen}
+
+
+def run_authors(paper, checkout: Path, fedray: dict, work: Path, jobs: int) -> dict[tuple[str, float, int], dict]:
+    """Export each seed's inputs from its fedray run and run the authors' methods on them (one
+    process a run, ``jobs`` at once; finished runs are read back). Returns (method, scene, seed) ->
+    the adapter's result."""
+    adapter = paper.adapter
+    setups = {}
+    for (method, scene, seed), (_, _, config) in sorted(fedray.items(), key=str):
+        folder = work / "setup" / f"{scene}-seed{seed}"
+        if (scene, seed) not in setups:
+            if not (folder / "setup.json").exists():
+                adapter.export(config, folder)
+            setups[scene, seed] = folder
+    runs = {}  # one run of the authors' code per algorithm, scene and seed
+    for method, scene, seed in fedray:
+        algorithm = adapter.METHODS[method]
+        runs.setdefault((algorithm, scene, seed), (method, work / "authors" / algorithm / f"{scene}-seed{seed}.json"))
+
+    def one(item):
+        (algorithm, scene, seed), (method, out) = item
+        if not out.exists():
+            out.parent.mkdir(parents=True, exist_ok=True)
+            log = out.with_suffix(".log")
+            cmd = [sys.executable, str(ROOT / "scripts" / f"authors_{paper.key}.py"), "inside", "--checkout",
+                   str(checkout), "--setup", str(setups[scene, seed]), "--method", method, "--out", str(out)]
+            with open(log, "w") as f:
+                code = subprocess.run(cmd, stdout=f, stderr=subprocess.STDOUT, env={**os.environ, "OMP_NUM_THREADS": "1"})
+            if code.returncode != 0:
+                tail = log.read_text().strip().splitlines()[-1:] or ["(no output)"]
+                raise SystemExit(f"the authors' {algorithm} ({scene}, seed {seed}) failed: {tail[0]} (log: {log})")
+            print(f"authors {algorithm:13s} {scene} seed {seed}: done", flush=True)
+        return (algorithm, scene, seed), json.loads(out.read_text())
+
+    with ThreadPoolExecutor(max_workers=jobs) as pool:
+        done = dict(pool.map(one, sorted(runs.items(), key=str)))
+    return {(method, scene, seed): done[adapter.METHODS[method], scene, seed] for method, scene, seed in fedray}
+
+
+def rows(paper, checkout_info: tuple[str, bool], fedray: dict, authors: dict) -> list[dict]:
+    """One row per method and scene: per-seed values of both sides and the paired difference."""
+    from fedray.provenance import source
+
+    out = []
+    for method in paper.methods:
+        for scene in paper.scenes:
+            seeds = sorted(s for m, a, s in fedray if m == method and a == scene)
+            ours = {s: fedray[method, scene, s][0] for s in seeds}
+            theirs = {s: paper.authors_measure(method, authors[method, scene, s]) for s in seeds}
+            diff = paired(ours, theirs)
+            out.append({
+                "paper": paper.name, "method": method, "authors_method": paper.adapter.METHODS[method],
+                "scene": paper.scene_text(scene), "measure": paper.measure, "authors_repo": paper.repo,
+                "authors_commit": checkout_info[0], "authors_dirty": checkout_info[1],
+                "fedray_commit": source()["commit"], "fedray_dirty": source()["dirty"], "seeds": seeds,
+                "fedray": [ours[s] for s in seeds], "authors": [theirs[s] for s in seeds],
+                "authors_own_measure": [paper.own_measure(authors[method, scene, s]) for s in seeds],
+                "diff_mean": diff.difference.mean, "diff_ci": [diff.difference.low, diff.difference.high],
+                "fedray_s": sum(fedray[method, scene, s][1] for s in seeds),
+                "authors_s": sum(authors[method, scene, s]["wall_s"] for s in seeds),
+                "cause": CAUSES.get((paper.name, method), ""), "cpu": cpu_model()})
+    return out
+
+
+TARGET = 1.0  # points: a difference within this, with an interval that holds 0, is agreement
+
+
+def agreement(row: dict) -> str:
+    """``agrees`` (the mean difference within TARGET points and its interval holding 0), else
+    ``differs: <cause>``, or ``open`` where no cause is written down yet."""
+    low, high = row["diff_ci"]
+    if abs(row["diff_mean"]) <= TARGET and low <= 0 <= high:
+        return "agrees"
+    return f"differs: {row['cause']}" if row["cause"] else "open: no cause found yet"
+
+
+def page(rows: list[dict]) -> str:
+    """docs/authors.md from the rows of docs/authors.json."""
+    from fedray.repro import markdown_table
+
+    lines = ["# fedray beside the authors' code", "",
+             "Each seed's inputs (the split, the model's initialisation, the hyperparameters, the rounds, the "
+             "clients of each round and the test set) run through fedray and through the authors' public code, "
+             "unchanged, from a checkout. A row is one method in one scene: the paper's primary measure per "
+             "seed on each side, and the paired difference fedray minus authors with its 95% t interval over "
+             f"the seeds. The target: within {TARGET:g} point, with an interval that holds 0. Written by "
+             "`scripts/docs.py` from `docs/authors.json`; the runs: `scripts/authors.py` (its docstring has the "
+             "commands).", ""]
+    verdicts = [agreement(r) for r in rows]
+    lines += [f"**{verdicts.count('agrees')} of {len(rows)} rows agree; "
+              f"{sum(v.startswith('differs') for v in verdicts)} differ with a cause written down; "
+              f"{sum(v.startswith('open') for v in verdicts)} differ with no cause found.**", ""]
+    for paper in dict.fromkeys(r["paper"] for r in rows):
+        mine = [r for r in rows if r["paper"] == paper]
+        first = mine[0]
+        adapter = __import__(f"authors_{paper.lower()}")
+        commits = sorted({r["fedray_commit"] or "unknown" for r in mine})
+        lines += [f"## {paper}", "",
+                  f"The authors' code: `{first['authors_repo']}` at commit `{first['authors_commit'][:9]}`"
+                  + (" (with local changes)" if any(r["authors_dirty"] for r in mine) else "")
+                  + f"; fedray at commit {', '.join(f'`{c[:9]}`' for c in commits)}"
+                  + (" (with local changes)" if any(r["fedray_dirty"] for r in mine) else "")
+                  + f". Measure: {first['measure']}. Seeds: {', '.join(map(str, first['seeds']))} (each varies "
+                  "the split).", ""]
+        table = []
+        for r, v in zip(mine, (agreement(r) for r in mine)):
+            low, high = r["diff_ci"]
+            table.append([r["method"], r["authors_method"], r["scene"],
+                          f"{sum(r['fedray']) / len(r['fedray']):.2f}", f"{sum(r['authors']) / len(r['authors']):.2f}",
+                          f"{r['diff_mean']:+.2f} [{low:+.2f}, {high:+.2f}]", v,
+                          f"{r['fedray_s'] / 60:.1f} / {r['authors_s'] / 60:.1f}"])
+        lines += markdown_table(["fedray method", "authors' method", "scene", "fedray", "authors",
+                                 "fedray - authors [95%]", "verdict", "minutes, fedray / authors"], table)
+        lines += ["", "What the adapter changes when it runs the authors' code (none of it the arithmetic of "
+                  "training):", ""] + [f"- {a}." for a in adapter.ADAPTATIONS]
+        lines += ["", "Not compared, and why:", ""] + [f"- {n}." for n in adapter.NOT_COMPARED]
+        lines += ["", f"Minutes are run time summed over the seeds, one CPU thread a run, on {first['cpu']}.", ""]
+    return "\n".join(lines)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("paper", choices=list(PAPERS))
+    parser.add_argument("--checkout", type=Path, required=True, help="a git checkout of the authors' code")
+    parser.add_argument("--methods", nargs="+", help="fedray's methods (default: every one the code implements)")
+    parser.add_argument("--alphas", nargs="+", type=float, help="the scenes (FedGen: Dirichlet alphas)")
+    parser.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2, 3, 4], help="each varies the split")
+    parser.add_argument("--rounds", type=int, help="rounds (default: the reproduction's)")
+    parser.add_argument("--jobs", type=int, default=os.cpu_count(), help="runs at once on each side")
+    parser.add_argument("--work", type=Path, help="the runs' folder (default runs/authors/<paper>)")
+    parser.add_argument("--out", type=Path, default=OUT, help="the rows' JSON (merged by paper, method and scene)")
+    args = parser.parse_args()
+    args.work = (args.work or ROOT / "runs" / "authors" / args.paper).resolve()
+    checkout = args.checkout.resolve()
+    info = checkout_commit(checkout)
+    paper = PAPERS[args.paper](args)
+    paper.key = args.paper
+    start = time.perf_counter()
+    fedray = paper.fedray_runs()
+    authors = run_authors(paper, checkout, fedray, args.work, args.jobs)
+    store = Store(args.out, key=lambda r: (r["paper"], r["method"], r["scene"]), field=None)
+    saved = store.load()
+    new = rows(paper, info, fedray, authors)
+    saved.update({store.key(r): r for r in new})
+    store.save(saved)
+    for r in new:
+        lo, hi = r["diff_ci"]
+        print(f"{r['method']:16s} {r['scene']:10s} fedray {sum(r['fedray']) / len(r['fedray']):6.2f}  authors "
+              f"{sum(r['authors']) / len(r['authors']):6.2f}  diff {r['diff_mean']:+.2f} [{lo:+.2f}, {hi:+.2f}]")
+    print(f"wrote {args.out} ({len(new)} rows) in {(time.perf_counter() - start) / 60:.1f} min")
+
+
+if __name__ == "__main__":
+    main()

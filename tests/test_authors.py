@@ -1,0 +1,67 @@
+"""The harness beside the authors' code (scripts/authors.py): what it hands the authors' FedGen is
+fedray's own input, sample for sample (the split, the test set, the clients of each round), in the
+layout their loader reads. The authors' code itself is not here; docs/authors.md has its runs."""
+
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from fedray.assembly import assemble, load_data
+from fedray.config import load_config
+
+from tests.support import script
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_the_fedgen_export_is_fedrays_split_test_set_and_schedule(tmp_path):
+    adapter, repro = script("authors_fedgen"), script("repro_fedgen")
+    spec = repro.spec("table1", "fedavg", 0.1, 3, 4)
+    config = load_config(ROOT / "configs" / "fedgen.yaml",
+                         [*spec["overrides"], "seed=3", "data.seed=3", "aux.seed=3", "runtime.backend=local"])
+    meta = adapter.export(config, tmp_path)
+    experiment = assemble(config)
+    folder = tmp_path / "data" / "Mnist" / "u20c10-alpha0.1-ratiofedray"
+    assert adapter.dataset_name(0.1) == "Mnist-alpha0.1-ratiofedray"  # the loader's name for that folder
+    train = torch.load(folder / "train" / "train.pt")
+    test = torch.load(folder / "test" / "test.pt")
+    # the loader sorts users by name: user i is fedray's client i, holding exactly fedray's samples
+    assert sorted(train["users"]) == train["users"] == [f"f_{i:05d}" for i in range(20)]
+    reference = load_data(config)
+    seen = []
+    for name, client in zip(train["users"], experiment.clients):
+        user = train["user_data"][name]
+        assert torch.equal(user["x"], torch.from_numpy(reference.train_x[client.indices]))
+        assert torch.equal(user["y"], torch.from_numpy(reference.train_y[client.indices]))
+        seen.append(np.asarray(client.indices))
+    assert meta["train_sizes"] == [len(s) for s in seen] and len(np.unique(np.concatenate(seen))) == sum(map(len, seen))
+    # the authors' per-user test splits: only the labels a user holds, 1/20 of each such label's
+    # test samples, no sample given twice
+    for name, client, idx in zip(test["users"], experiment.clients, meta["test_split"]):
+        held = set(np.unique(reference.train_y[client.indices]).tolist())
+        assert torch.equal(test["user_data"][name]["x"], torch.from_numpy(reference.test_x[idx]))
+        labels, counts = np.unique(reference.test_y[idx], return_counts=True)
+        assert set(labels.tolist()) == held
+        assert all(n == (reference.test_y == label).sum() // 20 for label, n in zip(labels, counts))
+    every = np.concatenate([np.asarray(i, dtype=np.int64) for i in meta["test_split"]])
+    assert len(np.unique(every)) == len(every) == sum(meta["test_sizes"])
+    # fedray's own test set, and the clients fedray's server samples in each round
+    whole = torch.load(tmp_path / "fedray_test.pt")
+    assert torch.equal(whole["y"], torch.from_numpy(experiment.data.test_y)) and len(whole["y"]) == 10_000
+    assert meta["schedule"] == [[c.client_id for c in experiment.strategy.sample_clients(r)] for r in range(1, 5)]
+    assert meta["seed"] == 3 and meta["rounds"] == 4
+
+
+def test_the_primary_measure_is_the_mean_of_the_top_five_rounds():
+    adapter = script("authors_fedgen")
+    assert adapter.top5([0.1, 0.9, 0.2, 0.8, 0.3, 0.7, 0.4]) == np.mean([0.9, 0.8, 0.7, 0.4, 0.3])
+
+
+def test_a_row_agrees_only_within_a_point_with_an_interval_that_holds_zero():
+    authors = script("authors")
+    row = {"diff_mean": 0.4, "diff_ci": [-0.3, 1.1], "cause": ""}
+    assert authors.agreement(row) == "agrees"
+    assert authors.agreement({**row, "diff_mean": 1.2, "diff_ci": [-0.1, 2.5]}).startswith("open")  # over a point
+    assert authors.agreement({**row, "diff_ci": [0.1, 0.7]}).startswith("open")  # the interval excludes 0
+    assert authors.agreement({**row, "diff_ci": [0.1, 0.7], "cause": "lr decay"}) == "differs: lr decay"
