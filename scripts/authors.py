@@ -5,7 +5,7 @@ measure, per seed that varies the split.
 
     git clone https://github.com/zhuangdizhu/FedGen /path/to/FedGen
     python scripts/authors.py fedgen --checkout /path/to/FedGen
-    python scripts/authors.py fedgen --checkout /path/to/FedGen --methods fedavg fedgen --alphas 0.1 --seeds 0 1
+    python scripts/authors.py fedgen --checkout /path/to/FedGen --methods fedavg fedgen --scenes 0.1 --seeds 0 1
 
 Per call: fedray's runs as a sweep (``fedray.repro.run_specs``, the reproduction script's specs)
 into ``--work``/fedray; then each seed's inputs, exported from the config of that seed's fedray
@@ -21,6 +21,7 @@ saved one), and ``scripts/docs.py`` writes docs/authors.md from them.
 from __future__ import annotations
 
 import argparse
+import importlib
 import json
 import os
 import subprocess
@@ -33,7 +34,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from fedray.repro import Store, cpu_model, run_specs  # noqa: E402
+from fedray.repro import Store, cpu_model  # noqa: E402
 from fedray.stats import paired  # noqa: E402
 
 OUT = ROOT / "docs" / "authors.json"
@@ -51,54 +52,9 @@ def checkout_commit(path: Path) -> tuple[str, bool]:
     return head.stdout.strip(), bool(status.stdout.strip())
 
 
-class FedGen:
-    """FedGen Table 1 (MNIST rows, here Fashion-MNIST at the reproduction's scale): FedAvg, FedProx,
-    FedDistill, FedDistill+, FedEnsemble and FedGen in both of fedray's rules, against the authors'
-    code's FedGen; measure: the mean of a run's top-5 rounds (Table 1's)."""
-
-    name = "FedGen"
-    repo = "zhuangdizhu/FedGen"
-    measure = "mean of the top-5 rounds' test accuracy, %"
-
-    def __init__(self, args: argparse.Namespace):
-        import authors_fedgen
-        import repro_fedgen
-
-        self.adapter, self.repro, self.args = authors_fedgen, repro_fedgen, args
-        self.methods = args.methods or list(authors_fedgen.METHODS)
-        self.scenes = args.alphas or list(repro_fedgen.ALPHAS)
-        self.rounds = args.rounds or 100
-
-    def specs(self) -> list[dict]:
-        return [self.repro.spec("table1", m, a, s, self.rounds) for m in self.methods for a in self.scenes
-                for s in self.args.seeds]
-
-    def fedray_runs(self) -> dict[tuple[str, float, int], tuple[float, float, object]]:
-        """fedray's runs: (method, alpha, seed) -> (the measure, wall seconds, the run's config)."""
-        done, failed = run_specs(ROOT / "configs" / "fedgen.yaml", self.specs(), self.repro.variant,
-                                 self.args.work / "fedray", self.repro.record, jobs=self.args.jobs)
-        if failed:
-            raise SystemExit(f"{len(failed)} fedray runs did not finish: {failed[0].get('error', failed[0])}")
-        return {(s["method"], s["alpha"], s["seed"]): (100 * self.repro.top5({"history": r.records}, self.field(s["method"])),
-                                                       r.wall_s, r.config) for s, r in done}
-
-    @staticmethod
-    def field(method: str) -> str:
-        """The score a method is measured on (as in scripts/claims.py): FedDistill's users keep their
-        own models, scored on the test samples of the labels each holds."""
-        return "personal" if method == "feddistill" else "accuracy"
-
-    def authors_measure(self, method: str, result: dict) -> float:
-        return 100 * self.adapter.top5(result[self.field(method)])
-
-    def own_measure(self, result: dict) -> float:
-        return 100 * self.adapter.top5(result["authors_accuracy"])
-
-    def scene_text(self, alpha: float) -> str:
-        return f"alpha {alpha:g}"
-
-
-PAPERS = {"fedgen": FedGen}
+# a paper's adapter: scripts/authors_<key>.py, whose ``Paper(args)`` gives the methods and scenes, runs
+# fedray's side and reads the measure of both sides (authors_fedgen.Paper is the model)
+PAPERS = {"fedgen": "authors_fedgen"}
 
 
 def run_authors(paper, checkout: Path, fedray: dict, work: Path, jobs: int) -> dict[tuple[str, float, int], dict]:
@@ -108,7 +64,7 @@ def run_authors(paper, checkout: Path, fedray: dict, work: Path, jobs: int) -> d
     adapter = paper.adapter
     setups = {}
     for (method, scene, seed), (_, _, config) in sorted(fedray.items(), key=str):
-        folder = work / "setup" / f"{scene}-seed{seed}"
+        folder = work / "setup" / f"{scene}-seed{seed}".replace(" ", "_")
         if (scene, seed) not in setups:
             if not (folder / "setup.json").exists():
                 adapter.export(config, folder)
@@ -116,14 +72,15 @@ def run_authors(paper, checkout: Path, fedray: dict, work: Path, jobs: int) -> d
     runs = {}  # one run of the authors' code per algorithm, scene and seed
     for method, scene, seed in fedray:
         algorithm = adapter.METHODS[method]
-        runs.setdefault((algorithm, scene, seed), (method, work / "authors" / algorithm / f"{scene}-seed{seed}.json"))
+        name = f"{scene}-seed{seed}.json".replace(" ", "_")
+        runs.setdefault((algorithm, scene, seed), (method, work / "authors" / algorithm / name))
 
     def one(item):
         (algorithm, scene, seed), (method, out) = item
         if not out.exists():
             out.parent.mkdir(parents=True, exist_ok=True)
             log = out.with_suffix(".log")
-            cmd = [sys.executable, str(ROOT / "scripts" / f"authors_{paper.key}.py"), "inside", "--checkout",
+            cmd = [sys.executable, adapter.__file__, "inside", "--checkout",
                    str(checkout), "--setup", str(setups[scene, seed]), "--method", method, "--out", str(out)]
             with open(log, "w") as f:
                 code = subprocess.run(cmd, stdout=f, stderr=subprocess.STDOUT, env={**os.environ, "OMP_NUM_THREADS": "1"})
@@ -194,7 +151,7 @@ def page(rows: list[dict]) -> str:
     for paper in dict.fromkeys(r["paper"] for r in rows):
         mine = [r for r in rows if r["paper"] == paper]
         first = mine[0]
-        adapter = __import__(f"authors_{paper.lower()}")
+        adapter = importlib.import_module(f"authors_{paper.lower()}")
         commits = sorted({r["fedray_commit"] or "unknown" for r in mine})
         lines += [f"## {paper}", "",
                   f"The authors' code: `{first['authors_repo']}` at commit `{first['authors_commit'][:9]}`"
@@ -224,7 +181,7 @@ def main() -> None:
     parser.add_argument("paper", choices=list(PAPERS))
     parser.add_argument("--checkout", type=Path, required=True, help="a git checkout of the authors' code")
     parser.add_argument("--methods", nargs="+", help="fedray's methods (default: every one the code implements)")
-    parser.add_argument("--alphas", nargs="+", type=float, help="the scenes (FedGen: Dirichlet alphas)")
+    parser.add_argument("--scenes", nargs="+", help="the scenes (FedGen: Dirichlet alphas; default: the paper's)")
     parser.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2, 3, 4], help="each varies the split")
     parser.add_argument("--rounds", type=int, help="rounds (default: the reproduction's)")
     parser.add_argument("--jobs", type=int, default=os.cpu_count(), help="runs at once on each side")
@@ -234,8 +191,7 @@ def main() -> None:
     args.work = (args.work or ROOT / "runs" / "authors" / args.paper).resolve()
     checkout = args.checkout.resolve()
     info = checkout_commit(checkout)
-    paper = PAPERS[args.paper](args)
-    paper.key = args.paper
+    paper = importlib.import_module(PAPERS[args.paper]).Paper(args)
     start = time.perf_counter()
     fedray = paper.fedray_runs()
     authors = run_authors(paper, checkout, fedray, args.work, args.jobs)

@@ -241,6 +241,54 @@ def top5(values: list[float]) -> float:
     return float(np.mean(sorted(values)[-5:]))
 
 
+class Paper:
+    """FedGen Table 1 (MNIST rows, here Fashion-MNIST at the reproduction's scale): FedAvg, FedProx,
+    FedDistill, FedDistill+, FedEnsemble and FedGen in both of fedray's rules, against the authors'
+    code's FedGen; measure: the mean of a run's top-5 rounds (Table 1's)."""
+
+    name = "FedGen"
+    repo = "zhuangdizhu/FedGen"
+    measure = "mean of the top-5 rounds' test accuracy, %"
+
+    def __init__(self, args: argparse.Namespace):
+        import repro_fedgen
+
+        self.adapter, self.repro, self.args = sys.modules[__name__], repro_fedgen, args
+        self.methods = args.methods or list(METHODS)
+        self.scenes = [float(a) for a in args.scenes] if args.scenes else list(repro_fedgen.ALPHAS)
+        self.rounds = args.rounds or 100
+
+    def specs(self) -> list[dict]:
+        return [self.repro.spec("table1", m, a, s, self.rounds) for m in self.methods for a in self.scenes
+                for s in self.args.seeds]
+
+    def fedray_runs(self) -> dict[tuple[str, float, int], tuple[float, float, object]]:
+        """fedray's runs: (method, alpha, seed) -> (the measure, wall seconds, the run's config)."""
+        from fedray.repro import run_specs
+
+        done, failed = run_specs(ROOT / "configs" / "fedgen.yaml", self.specs(), self.repro.variant,
+                                 self.args.work / "fedray", self.repro.record, jobs=self.args.jobs)
+        if failed:
+            raise SystemExit(f"{len(failed)} fedray runs did not finish: {failed[0].get('error', failed[0])}")
+        return {(s["method"], s["alpha"], s["seed"]): (100 * self.repro.top5({"history": r.records}, self.field(s["method"])),
+                                                       r.wall_s, r.config) for s, r in done}
+
+    @staticmethod
+    def field(method: str) -> str:
+        """The score a method is measured on (as in scripts/claims.py): FedDistill's users keep their
+        own models, scored on the test samples of the labels each holds."""
+        return "personal" if method == "feddistill" else "accuracy"
+
+    def authors_measure(self, method: str, result: dict) -> float:
+        return 100 * top5(result[self.field(method)])
+
+    def own_measure(self, result: dict) -> float:
+        return 100 * top5(result["authors_accuracy"])
+
+    def scene_text(self, alpha: float) -> str:
+        return f"alpha {alpha:g}"
+
+
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description="run one method of the authors' FedGen code on an export "
                                      "(called by scripts/authors.py)")
