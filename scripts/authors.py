@@ -4,7 +4,7 @@ implementation; for each method, the paired difference fedray minus authors of t
 measure, per seed that varies the split.
 
     git clone https://github.com/zhuangdizhu/FedGen /path/to/FedGen
-    python scripts/authors.py fedgen --checkout /path/to/FedGen
+    python scripts/authors.py fedgen --checkout /path/to/FedGen      # likewise mrtf (lxcnju/MrTF), fedaux (fedl-repo/fedaux)
     python scripts/authors.py fedgen --checkout /path/to/FedGen --methods fedavg fedgen --scenes 0.1 --seeds 0 1
 
 Per call: fedray's runs as a sweep (``fedray.repro.run_specs``, the reproduction script's specs)
@@ -54,7 +54,7 @@ def checkout_commit(path: Path) -> tuple[str, bool]:
 
 # a paper's adapter: scripts/authors_<key>.py, whose ``Paper(args)`` gives the methods and scenes, runs
 # fedray's side and reads the measure of both sides (authors_fedgen.Paper is the model)
-PAPERS = {"fedgen": "authors_fedgen"}
+PAPERS = {"fedgen": "authors_fedgen", "mrtf": "authors_mrtf", "fedaux": "authors_fedaux"}
 
 
 def run_authors(paper, checkout: Path, fedray: dict, work: Path, jobs: int) -> dict[tuple[str, float, int], dict]:
