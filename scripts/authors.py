@@ -80,8 +80,8 @@ def run_authors(paper, checkout: Path, fedray: dict, work: Path, jobs: int) -> d
         if not out.exists():
             out.parent.mkdir(parents=True, exist_ok=True)
             log = out.with_suffix(".log")
-            cmd = [sys.executable, adapter.__file__, "inside", "--checkout",
-                   str(checkout), "--setup", str(setups[scene, seed]), "--method", method, "--out", str(out)]
+            cmd = [sys.executable, __file__, "inside", adapter.__name__, "--checkout", str(checkout), "--setup",
+                   str(setups[scene, seed]), "--method", method, "--out", str(out)]
             with open(log, "w") as f:
                 code = subprocess.run(cmd, stdout=f, stderr=subprocess.STDOUT, env={**os.environ, "OMP_NUM_THREADS": "1"})
             if code.returncode != 0:
@@ -176,7 +176,25 @@ def page(rows: list[dict]) -> str:
     return "\n".join(lines)
 
 
+def inside() -> None:
+    """``authors.py inside ADAPTER ...``: one run of the authors' code, in a process of its own
+    (run_authors starts it): the adapter's ``inside``."""
+    parser = argparse.ArgumentParser(description="one run of the authors' code on an export (run_authors starts it)")
+    parser.add_argument("adapter", choices=list(PAPERS.values()))
+    parser.add_argument("--checkout", type=Path, required=True)
+    parser.add_argument("--setup", type=Path, required=True)
+    parser.add_argument("--method", required=True)
+    parser.add_argument("--out", type=Path, required=True)
+    a = parser.parse_args(sys.argv[2:])
+    adapter = importlib.import_module(a.adapter)
+    if a.method not in adapter.METHODS:
+        raise SystemExit(f"{a.adapter}: no method {a.method!r}; it has {', '.join(adapter.METHODS)}")
+    adapter.inside(a.checkout.resolve(), a.setup.resolve(), a.method, a.out.resolve())
+
+
 def main() -> None:
+    if sys.argv[1:2] == ["inside"]:
+        return inside()
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("paper", choices=list(PAPERS))
     parser.add_argument("--checkout", type=Path, required=True, help="a git checkout of the authors' code")

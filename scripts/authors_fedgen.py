@@ -8,7 +8,7 @@ Two halves:
   layout the authors' loader reads (``data/Mnist/u20c10-alpha<A>-ratio<tag>/{train,test}/*.pt``),
   the per-user test splits their code needs to start (each user: 1/20 of the test samples of each
   label it holds, the authors' layout), fedray's test set, and fedray's client schedule;
-- in a process of its own (``python scripts/authors_fedgen.py inside ...``, run from the setup's
+- in a process of its own (``python scripts/authors.py inside authors_fedgen ...``, run from the setup's
   folder), :func:`inside` imports the authors' modules from their checkout and runs one method
   with the README's flags. What it changes at run time, none of it the arithmetic of training,
   is ``ADAPTATIONS`` (docs/authors.md lists it).
@@ -287,15 +287,3 @@ class Paper:
 
     def scene_text(self, alpha: float) -> str:
         return f"alpha {alpha:g}"
-
-
-if __name__ == "__main__":
-    parser = argparse.ArgumentParser(description="run one method of the authors' FedGen code on an export "
-                                     "(called by scripts/authors.py)")
-    parser.add_argument("mode", choices=["inside"])
-    parser.add_argument("--checkout", type=Path, required=True)
-    parser.add_argument("--setup", type=Path, required=True)
-    parser.add_argument("--method", choices=list(METHODS), required=True)
-    parser.add_argument("--out", type=Path, required=True)
-    a = parser.parse_args()
-    inside(a.checkout.resolve(), a.setup.resolve(), a.method, a.out.resolve())
