@@ -124,9 +124,12 @@ def test_the_notes_are_computed_from_the_json(monkeypatch):
     block = text[text.index(docs.NOTES_START):text.index(docs.NOTES_END)]
     assert block.strip() == "\n".join([docs.NOTES_START, *docs.notes()])
     # a file whose tables ran in calls at different commits names each table's commit
-    first = docs.notes()[0]
-    assert "`repro_distill.json` (lrcheck, compare): commit `2cdff89ea`" in first
-    assert "`repro_distill.json` (table51, table52): commit `5a51bc52f`" in first
+    said = {}  # each commit's text -> the files (and tables) it is said of
+    for part in docs.notes()[0].split("; "):
+        files, _, where = part.rpartition(": ")
+        said[where.rstrip(".")] = files
+    assert "`repro_distill.json` (lrcheck, compare)" in said["commit `2cdff89ea`"]
+    assert "`repro_distill.json` (table51, table52)" in said["commit `5a51bc52f`"]
     saved = docs.load("repro_cfl.json")
     byzantine = next(r for r in script("repro_cfl").results_of(saved)
                      if r["experiment"] == "table62/byzantine" and r["method"] == "CFL")
