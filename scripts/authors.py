@@ -98,6 +98,7 @@ def run_authors(paper, checkout: Path, fedray: dict, work: Path, jobs: int) -> d
 def rows(paper, checkout_info: tuple[str, bool], fedray: dict, authors: dict) -> list[dict]:
     """One row per method and scene: per-seed values of both sides and the paired difference."""
     from fedray.provenance import source
+    from fedray.repro import setup_rows
 
     out = []
     for method in paper.methods:
@@ -106,6 +107,7 @@ def rows(paper, checkout_info: tuple[str, bool], fedray: dict, authors: dict) ->
             ours = {s: fedray[method, scene, s][0] for s in seeds}
             theirs = {s: paper.authors_measure(method, authors[method, scene, s]) for s in seeds}
             diff = paired(ours, theirs)
+            config = fedray[method, scene, seeds[0]][2]
             out.append({
                 "paper": paper.name, "method": method, "authors_method": paper.adapter.METHODS[method],
                 "scene": paper.scene_text(scene), "measure": paper.measure, "authors_repo": paper.repo,
@@ -116,6 +118,7 @@ def rows(paper, checkout_info: tuple[str, bool], fedray: dict, authors: dict) ->
                 "diff_mean": diff.difference.mean, "diff_ci": [diff.difference.low, diff.difference.high],
                 "fedray_s": sum(fedray[method, scene, s][1] for s in seeds),
                 "authors_s": sum(authors[method, scene, s]["wall_s"] for s in seeds),
+                "setup": {name: ours for name, ours, _ in setup_rows(config, {})},
                 "cause": CAUSES.get((paper.name, method), ""), "cpu": cpu_model()})
     return out
 
@@ -160,6 +163,14 @@ def page(rows: list[dict]) -> str:
                   + (" (with local changes)" if any(r["fedray_dirty"] for r in mine) else "")
                   + f". Measure: {first['measure']}. Seeds: {', '.join(map(str, first['seeds']))} (each varies "
                   "the split).", ""]
+        settings = {}  # each setting's values over the rows (a method's own, e.g. local training, differ)
+        for r in mine:
+            for name, value in r["setup"].items():
+                settings.setdefault(name, {}).setdefault(value, []).append(r["method"])
+        lines += markdown_table(["setting", "both sides"], [
+            [name, "; ".join(v if len(values) == 1 else f"{v} ({', '.join(dict.fromkeys(m))})"
+                             for v, m in values.items())] for name, values in settings.items()])
+        lines.append("")
         table = []
         for r, v in zip(mine, (agreement(r) for r in mine)):
             low, high = r["diff_ci"]
