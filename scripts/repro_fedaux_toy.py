@@ -31,7 +31,8 @@ from sklearn.datasets import load_iris
 
 from fedray.figures import figure, save_figure
 from fedray.privacy.certainty import dp_sigma
-from fedray.repro import listing, markdown_table
+from fedray.provenance import source
+from fedray.repro import listing, markdown_table, runs_commit_text
 
 from fedaux_toys import GAUSS, gaussian_toy, iris_ensemble, iris_split, iris_toy, outside, shares
 
@@ -215,7 +216,8 @@ def page(saved: dict) -> str:
              "logits: a client that holds one class has no finite logits.", "",
              *iris_markdown(iris), *gaussian_markdown(saved["gauss"]),
              "![toys](repro_fedaux_toy.png)", "",
-             f"Wall time {saved['wall_s']:.0f} s; the numbers are `repro_fedaux_toy.json`'s."]
+             f"Wall time {saved['wall_s']:.0f} s; the numbers are `repro_fedaux_toy.json`'s; "
+             f"{runs_commit_text([saved], 'the toys')}."]
     return "\n".join(lines) + "\n"
 
 
@@ -232,6 +234,7 @@ def main() -> None:
         start = time.perf_counter()
         saved = {"seeds": args.seeds, "iris": iris_results(args.seeds), "gauss": gaussian_results(min(3, args.seeds))}
         saved["wall_s"] = time.perf_counter() - start
+        saved["provenance"] = source()  # the fedray commit the toys ran at (docs.py names it)
         args.out.mkdir(parents=True, exist_ok=True)
         json_path.write_text(json.dumps(saved, indent=1))
     draw(args.out / "repro_fedaux_toy.png", {float(e): rows for e, rows in saved["iris"].items()})

@@ -44,6 +44,7 @@ from fedray.distill import aggregate_teachers
 from fedray.distill.ensemble import predict_logits
 from fedray.distill.refinery import local_share, rectified_target, stabilised_probs
 from fedray.models import create_model
+from fedray.provenance import source
 from fedray.repro import (Store, cpu_model, grid_arguments, invocation, markdown_table, report_failed, run_sweep,
                           runs_commit_text, setup_table)
 from fedray.training import local_train, set_torch_threads
@@ -129,7 +130,7 @@ def demo_page(result: dict) -> str:
              f"Paper: MNIST. Accuracy of each target's argmax, %. Local logit maxima: "
              f"{', '.join(f'{m:.1f}' for m in r['logit_max'])}; u_t = {r['u']:.3f}.", "",
              *markdown_table(["target", "paper (MNIST)", "ours (Fashion-MNIST)"], rows), "",
-             "Written by `scripts/repro_mrtf.py`."]
+             f"Written by `scripts/repro_mrtf.py --only demo`; {runs_commit_text([r], 'the demo')}."]
     return "\n".join(lines) + "\n"
 
 
@@ -286,7 +287,7 @@ def main() -> None:
     out = Path(args.out)
     if (not args.only or "demo" in args.only) and not args.plot_only:
         result = {**demo(args.epochs, args.seed, args.lr, args.momentum), "epochs": args.epochs, "seed": args.seed,
-                  "lr": args.lr, "momentum": args.momentum}
+                  "lr": args.lr, "momentum": args.momentum, "provenance": source()}
         print(json.dumps(result, indent=2))
         demo_out = out.with_name(out.name + "_demo")
         demo_out.with_suffix(".json").write_text(json.dumps(result, indent=2))
