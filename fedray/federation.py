@@ -18,11 +18,12 @@ import numpy as np
 import torch
 
 from fedray.assembly import Experiment
-from fedray.checkpoint import CHECKPOINT, checkpoint_file, read_checkpoint, write_checkpoint
+from fedray.checkpoint import CHECKPOINT, DIVERGED, checkpoint_file, read_checkpoint, write_checkpoint
 from fedray.clients import group_test_set
 from fedray.config import save_config
 from fedray.messages import RoundPlan, RoundResult
-from fedray.observers import ByteCounter, Checkpointer, DivergenceGuard, Observer, Step, TensorBoardLog
+from fedray.observers import (ByteCounter, Checkpointer, Diverged, DivergenceGuard, Observer, Step,
+                              TensorBoardLog)
 from fedray.plugins import load_observers
 from fedray.provenance import provenance
 from fedray.training import combine_parts, evaluate_part
@@ -65,7 +66,15 @@ class Federation:
 
     # -- one round -------------------------------------------------------------------------------
     def run_round(self) -> RoundResult:
-        """Plan, execute, guard, aggregate and evaluate one round; the observers log it and checkpoint."""
+        """Plan, execute, guard, aggregate and evaluate one round; the observers log it and checkpoint.
+        A round that diverges (``Diverged``) writes ``diverged.json`` (:meth:`diverged`) and raises."""
+        try:
+            return self._round()
+        except Diverged as err:
+            self.diverged(err)
+            raise
+
+    def _round(self) -> RoundResult:
         self.round += 1
         start = time.perf_counter()
         plan = self.strategy.configure_round(self.round)  # plan: the sampled clients' tasks, the broadcast
@@ -174,6 +183,20 @@ class Federation:
     def done(self) -> bool:
         return self.round >= self.config.federation.rounds
 
+    def diverged(self, err: Diverged) -> dict[str, Any]:
+        """Write ``diverged.json``, the result of a run that diverged: the round it diverged in, why
+        (``err``'s line), the rounds it finished, its last evaluated ``eval/*`` metrics, ``chance``
+        (1 / classes: what a model that predicts one class scores on a balanced test set, which is how
+        tables score such a run's final accuracy) and its provenance; returns it."""
+        evaluated = [h for h in self.history if "eval/accuracy" in h]
+        record = {"name": self.config.name, "algorithm": self.config.algorithm.name, "round": self.round,
+                  "why": str(err), "rounds": self.round - 1,
+                  "last": {k: v for k, v in (evaluated[-1] if evaluated else {}).items()
+                           if k.startswith("eval/") or k == "round"},
+                  "chance": 1 / self.experiment.data.num_classes, "provenance": provenance(self.config)}
+        (self.run_dir / DIVERGED).write_text(json.dumps(record, indent=2))
+        return record
+
     def finish(self) -> dict[str, Any]:
         """Write ``result.json`` and close the observers and the executor; returns the summary."""
         evaluated = [h for h in self.history if "eval/accuracy" in h]
@@ -196,6 +219,7 @@ class Federation:
         summary.update(self.strategy.summary())
         self._notify("finished", summary)
         (self.run_dir / "result.json").write_text(json.dumps(summary, indent=2))
+        (self.run_dir / DIVERGED).unlink(missing_ok=True)  # a resume that got past the round it diverged in
         self.executor.shutdown()
         return summary
 

@@ -30,6 +30,7 @@ import time
 from pathlib import Path
 from typing import Any, Callable, Hashable, Iterable, Mapping, Optional, Sequence
 
+from fedray.checkpoint import DIVERGED
 from fedray.config import Config, load_config
 from fedray.provenance import source
 
@@ -88,8 +89,10 @@ class SweptRun:
         seed: the trial's seed.
         config: the trial's config (its ``config.yaml``).
         records: what ``record`` kept of each round, in round order.
-        summary: the run's ``result.json``.
-        wall_s: from the run's start (``config.yaml`` written) to its end (``result.json`` written).
+        summary: the run's ``result.json``; for a run that diverged (kept with ``diverged=True``),
+            its ``diverged.json`` (``fedray.federation.Federation.diverged``).
+        wall_s: from the run's start (``config.yaml`` written) to its end (``result.json`` or
+            ``diverged.json`` written).
     """
 
     point: dict[str, Any]
@@ -120,7 +123,7 @@ def round_metrics(run_dir: Path) -> dict[int, dict[str, float]]:
 
 def run_sweep(config: Any, grid: Mapping[str, Any], seeds: Iterable[int], out: Path, record: SweepRecord, *,
               overrides: Sequence[str] = (), hold: Sequence[str] = (), jobs: Optional[int] = None,
-              progress: bool = True) -> tuple[list[SweptRun], list[dict[str, Any]]]:
+              progress: bool = True, diverged: bool = False) -> tuple[list[SweptRun], list[dict[str, Any]]]:
     """Run a reproduction's grid of ``config`` (a YAML file's path or a dict, as :func:`fedray.sweep`
     takes) as :func:`fedray.sweep` trials and read every finished one back.
 
@@ -132,32 +135,37 @@ def run_sweep(config: Any, grid: Mapping[str, Any], seeds: Iterable[int], out: P
     Args:
         record: what to keep of a round, given the round, its metrics (:func:`round_metrics`) and
             the trial's config; None keeps nothing of that round.
+        diverged: a trial that diverged is a result too (its rounds up to the one it diverged in,
+            and its ``diverged.json`` as the summary), for a script whose tables show it as such.
 
     Returns:
-        The finished trials, and the sweep's rows of the trials that did not finish (each with the
-        one line of why, and its run folder).
+        The finished trials (with ``diverged``, those that diverged as well), and the sweep's rows of
+        the trials that did not finish (each with the one line of why, and its run folder).
     """
     from fedray.sweeps import sweep
 
     result = sweep(config, grid, seeds, out=out, hold=hold, trial_cpus=1, max_concurrent=jobs, progress=progress,
                    overrides=[*overrides, "runtime.backend=local", "runtime.torch_threads=1"])
+    ended = ("done", "diverged") if diverged else ("done",)
     runs = []
     for row in result.rows:
-        if row["status"] != "done":
+        if row["status"] not in ended:
             continue
         run_dir = Path(row["run_dir"])
         trial_config = load_config(run_dir / "config.yaml")
         records = [kept for rnd, m in round_metrics(run_dir).items()
                    if (kept := record(rnd, m, trial_config)) is not None]
-        wall = (run_dir / "result.json").stat().st_mtime - (run_dir / "config.yaml").stat().st_mtime
+        end = run_dir / ("result.json" if row["status"] == "done" else DIVERGED)
+        wall = end.stat().st_mtime - (run_dir / "config.yaml").stat().st_mtime
         runs.append(SweptRun({k: row[k] for k in grid}, row["seed"], trial_config, records,
-                             json.loads((run_dir / "result.json").read_text()), wall))
-    return runs, [row for row in result.rows if row["status"] != "done"]
+                             json.loads(end.read_text()), wall))
+    return runs, [row for row in result.rows if row["status"] not in ended]
 
 
 def run_specs(config: Any, specs: list[dict[str, Any]], name: Callable[[dict[str, Any]], str], out: Path,
               record: SweepRecord, *, hold: Sequence[str] = (), jobs: Optional[int] = None,
-              progress: bool = True) -> tuple[list[tuple[dict[str, Any], SweptRun]], list[dict[str, Any]]]:
+              progress: bool = True, diverged: bool = False
+              ) -> tuple[list[tuple[dict[str, Any], SweptRun]], list[dict[str, Any]]]:
     """A script's specs (dicts with a ``seed`` and the ``overrides`` of everything else) as one
     :func:`run_sweep`: an axis ``run`` of named variants, one per spec without its seed (``name``),
     crossed with the specs' seeds; the specs must be that grid.
@@ -171,7 +179,7 @@ def run_specs(config: Any, specs: list[dict[str, Any]], name: Callable[[dict[str
             {(v, seed) for v in variants for seed in seeds}:
         raise ValueError(f"{out}: the specs are not every variant for every seed")
     done, failed = run_sweep(config, {"run": {v: s["overrides"] for v, s in variants.items()}}, seeds, out, record,
-                             hold=hold, jobs=jobs, progress=progress)
+                             hold=hold, jobs=jobs, progress=progress, diverged=diverged)
     return [({**variants[r.point["run"]], "seed": r.seed}, r) for r in done], failed
 
 
@@ -349,3 +357,23 @@ def runs_commit_text(runs: Iterable[dict[str, Any]], what: str) -> str:
         return commit_text(origin(runs, what))
     except MixedRuns as e:
         return f"runs that do not make one table: {e}"
+
+
+def final_value(r: dict[str, Any], field: str = "accuracy") -> float:
+    """A recorded run's last value of ``field`` (a fraction) over its ``history``; a run that diverged
+    (its ``diverged``: the run's ``diverged.json``) ends with no usable model and scores chance."""
+    if r.get("diverged"):
+        return r["diverged"]["chance"]
+    return [h[field] for h in r["history"] if h.get(field) is not None][-1]
+
+
+def diverged_text(runs: Iterable[dict[str, Any]], name: Callable[[dict[str, Any]], str]) -> str:
+    """One sentence naming each run that diverged (``name``: which run it is), the round, why, and
+    what it scores (:func:`final_value`); empty where none did."""
+    bad = [r for r in runs if r.get("diverged")]
+    if not bad:
+        return ""
+    return ("Diverged, and counted at chance as their final accuracy: " + "; ".join(
+        f"{name(r)} in round {r['diverged']['round']} ({r['diverged']['why']}), {100 * r['diverged']['chance']:.1f}%"
+        for r in bad) + ".")
+

@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any, Callable, Optional, Sequence
 from tqdm.auto import tqdm  # a widget in a Jupyter notebook (text without ipywidgets), else text
 
 from fedray.backends import Stepper, backend
-from fedray.checkpoint import CheckpointError, checkpoint_file, checkpoint_round
+from fedray.checkpoint import DIVERGED, CheckpointError, checkpoint_file, checkpoint_round
 from fedray.config import Config, ConfigError
 from fedray.messages import one_line
 
@@ -157,8 +157,9 @@ def _run(config: Config, run_dir: Path, resume: bool, progress: bool, method: Op
 def run_to_the_end(config: Config, run_dir: Path) -> None:
     """What a sweep run again does with a trial's folder: a new run when it holds none, a resume from
     its checkpoint, and a run again from round 1 when it stopped before its first checkpoint (a
-    trial has nothing else to resume from). A finished trial (``result.json``) is not run."""
-    if (run_dir / "result.json").exists():
+    trial has nothing else to resume from). A finished trial (``result.json``) is not run, nor one
+    that diverged (``diverged.json``): a run again diverges again, as its seeds fix every step."""
+    if (run_dir / "result.json").exists() or (run_dir / DIVERGED).exists():
         return
     started = (run_dir / "config.yaml").exists()
     run_experiment(config, run_dir, resume=started, restart=started and not checkpoint_file(run_dir).exists(),
@@ -167,10 +168,11 @@ def run_to_the_end(config: Config, run_dir: Path) -> None:
 
 def discard(run_dir: Path) -> None:
     """Remove what a run that starts again from round 1 in ``run_dir`` replaces: its checkpoint and
-    ``result.json`` (its event files' rounds are purged when the run's first events are written)."""
+    ``result.json`` or ``diverged.json`` (its event files' rounds are purged when the run's first
+    events are written)."""
     from fedray.checkpoint import CHECKPOINT, LEGACY_CHECKPOINT
 
-    for name in (CHECKPOINT, LEGACY_CHECKPOINT, "result.json"):
+    for name in (CHECKPOINT, LEGACY_CHECKPOINT, "result.json", DIVERGED):
         (run_dir / name).unlink(missing_ok=True)
 
 

@@ -24,10 +24,11 @@ model, the seed then varying sampling and split), ``"sampling"`` (the seed varie
 through ``init_seed``), or ``"run"`` (initial model and sampling both).
 
 A stopped sweep is resumed by running it again with the same ``out``: a trial whose run finished
-(``result.json``) is not run again, an interrupted one resumes from its last checkpoint. A folder
-grows: the same config with more seeds or grid values adds their trials beside the finished ones;
-a trial folder that holds a run of another config is refused. The table of the call's trials is
-written to ``OUT/sweep.csv`` and ``OUT/sweep.json`` after every sweep.
+(``result.json``) or diverged (``diverged.json``, status ``diverged``) is not run again, an
+interrupted one resumes from its last checkpoint. A folder grows: the same config with more seeds
+or grid values adds their trials beside the finished ones; a trial folder that holds a run of
+another config is refused. The table of the call's trials is written to ``OUT/sweep.csv`` and
+``OUT/sweep.json`` after every sweep.
 """
 
 from __future__ import annotations
@@ -166,6 +167,7 @@ def _failure(log: Path) -> str:
 def _summarise(trials: list[Trial], out: Path, hold: Sequence[str] = ()) -> SweepResult:
     """The table of the trials from their run folders, and per grid point the seeds' mean final and
     best accuracy with 95% intervals; written to ``sweep.csv`` and ``sweep.json``."""
+    from fedray.checkpoint import DIVERGED
     from fedray.stats import interval
 
     rows = []
@@ -177,6 +179,9 @@ def _summarise(trials: list[Trial], out: Path, hold: Sequence[str] = ()) -> Swee
             summary = json.loads(result.read_text())
             row.update(status="done", rounds=summary["rounds"],
                        final_accuracy=summary["final"].get("eval/accuracy"), best_accuracy=summary["best_accuracy"])
+        elif (run_dir / DIVERGED).exists():  # a result too: the seeds fix every step, a run again diverges again
+            diverged = json.loads((run_dir / DIVERGED).read_text())
+            row.update(status="diverged", rounds=diverged["rounds"], error=f"Diverged: {diverged['why']}")
         else:
             log = run_dir / "error.log"
             row.update(status="failed" if log.exists() else "not run", error=_failure(log) if log.exists() else None)
@@ -234,6 +239,7 @@ def sweep(source: Union[str, os.PathLike, Mapping, Config], grid: Optional[Mappi
     """
     from fedray import api, preflight
     from fedray.backends import sweeper
+    from fedray.checkpoint import DIVERGED
     from fedray.method import resolve
 
     base = api.load_config(source, overrides)
@@ -264,7 +270,7 @@ def sweep(source: Union[str, os.PathLike, Mapping, Config], grid: Optional[Mappi
                      for k, v in (grid or {}).items()},
             "seeds": sorted({t.seed for t in trials}), "hold": list(hold)}
     (out / "sweep.yaml").write_text(yaml.safe_dump(spec, sort_keys=False))  # this call's sweep, for the record
-    todo = [t for t in trials if not (out / "trials" / t.name / "result.json").exists()]
+    todo = [t for t in trials if not any((out / "trials" / t.name / f).exists() for f in ("result.json", DIVERGED))]
     if todo:
         runner.run_trials(base.runtime, {t.name: configs[t.name] for t in todo}, resources, out, max_concurrent, progress)
     return _summarise(trials, out, hold)

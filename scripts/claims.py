@@ -36,7 +36,7 @@ from typing import Callable, Optional
 ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT), str(ROOT / "scripts")]
 
-from fedray.repro import MixedRuns, check_pairing, commit_text, markdown_table, origin  # noqa: E402
+from fedray.repro import MixedRuns, check_pairing, commit_text, final_value, markdown_table, origin  # noqa: E402
 from fedray.stats import CONFIDENCE, bonferroni, paired  # noqa: E402
 
 DOCS = ROOT / "docs"
@@ -46,8 +46,8 @@ WITHHELD = "no verdict (commit not recorded)"
 
 # -- the measures ------------------------------------------------------------------------------------
 def final(r: dict, field: str = "accuracy") -> float:
-    """The last round's value, in %."""
-    return 100 * [h[field] for h in r["history"] if h.get(field) is not None][-1]
+    """The last round's value, in % (a run that diverged: chance, ``fedray.repro.final_value``)."""
+    return 100 * final_value(r, field)
 
 
 def best(r: dict, field: str = "accuracy") -> float:

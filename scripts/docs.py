@@ -33,7 +33,7 @@ sys.path[:0] = [str(ROOT), str(ROOT / "scripts")]
 
 import numpy as np  # noqa: E402
 
-from fedray.repro import listing, runs_commit_text  # noqa: E402
+from fedray.repro import final_value, listing, runs_commit_text  # noqa: E402
 
 # page -> (module in scripts/, its function from the JSON to the page's text, the JSON)
 PAGES = {
@@ -329,7 +329,7 @@ def mrtf_compare(d: dict) -> str:
     for m, (label, _) in mod.METHODS.items():
         per = []
         for s in mod.SPLITS:
-            finals = [100 * r["history"][-1]["accuracy"] for r in runs if r["split"] == s and r["method"] == m]
+            finals = [100 * final_value(r) for r in runs if r["split"] == s and r["method"] == m]
             per.append(f"{np.mean(finals):.1f}" if finals else "n.a.")
         n = {len([r for r in runs if r["split"] == s and r["method"] == m]) for s in mod.SPLITS}
         cells.append(f"{label} {slashed(per)} ({seeds_text(n)})")
@@ -862,7 +862,7 @@ def mrtf_notes(d: dict, demo: dict | None) -> list[str]:
     runs = d["results"]
     finals: dict[tuple[str, str], list[float]] = {}
     for r in runs:
-        finals.setdefault((r["split"], r["method"]), []).append(100 * r["history"][-1]["accuracy"])
+        finals.setdefault((r["split"], r["method"]), []).append(100 * final_value(r))
     splits = [s for s in mod.SPLITS if any(k[0] == s for k in finals)]
     mean = {k: float(np.mean(v)) for k, v in finals.items()}
     label = {m: lab for m, (lab, _) in mod.METHODS.items()}
@@ -873,13 +873,16 @@ def mrtf_notes(d: dict, demo: dict | None) -> list[str]:
     variants = [m for m in ("mrtf", "mrtf_nofb", "mrtf_code", "mrtf_code_fb") if all((s, m) in mean for s in splits)]
     if variants:
         n = {s: sum(sp == s for sp, _ in mean) for s in splits}
-        low = min(((r, 100 * r["history"][-1]["accuracy"]) for r in runs if r["method"] in variants), key=lambda x: x[1])
+        low = min(((r, 100 * final_value(r)) for r in runs if r["method"] in variants), key=lambda x: x[1])
         text = (f"**MrTF's variants** ({d.get('rounds', '?')} rounds). Mean final accuracy over each variant's seeds and "
                 f"its place among the {max(n.values())} methods' means, {slashed(splits)}: "
                 + "; ".join(f"{label[m]} " + slashed(f"{mean[s, m]:.1f} ({ordinal(rank(s, m))})" for s in splits)
                             for m in variants)
                 + f". The lowest single run of these: {label[low[0]['method']]}, {low[0]['split']}, seed "
-                f"{low[0].get('seed', 0)}, at {low[1]:.1f}%. The paper's rules broadcast the refined model; the "
+                f"{low[0].get('seed', 0)}, at {low[1]:.1f}%"
+                + (f" (diverged in round {low[0]['diverged']['round']}: counted at chance)"
+                   if low[0].get("diverged") else "")
+                + ". The paper's rules broadcast the refined model; the "
                 "authors' code (`feed_back: false`, `configs/mrtf_code.yaml`) broadcasts the plain aggregate.")
         for plain, refined, rules in (("mrtf_nofb", "mrtf", "the paper's"), ("mrtf_code", "mrtf_code_fb", "the code's")):
             if plain in variants and refined in variants:

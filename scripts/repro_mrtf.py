@@ -45,8 +45,8 @@ from fedray.distill.ensemble import predict_logits
 from fedray.distill.refinery import local_share, rectified_target, stabilised_probs
 from fedray.models import create_model
 from fedray.provenance import source
-from fedray.repro import (Store, cpu_model, grid_arguments, invocation, markdown_table, report_failed, run_sweep,
-                          runs_commit_text, setup_table)
+from fedray.repro import (Store, cpu_model, diverged_text, final_value, grid_arguments, invocation, markdown_table,
+                          report_failed, run_sweep, runs_commit_text, setup_table)
 from fedray.training import local_train, set_torch_threads
 from fedray.weights import get_weights, set_weights, weighted_mean
 
@@ -188,9 +188,11 @@ def run_compare(args, rounds: int, splits: list[str], methods: list[str]) -> tup
     the split's (``seed``, ``data.seed``); returns the finished runs by key, and the failed trials."""
     grid = {"split": {s: SPLITS[s] for s in splits}, "method": {m: METHODS[m][1] for m in methods}}
     done, failed = run_sweep(ROOT / "configs" / "mrtf.yaml", grid, args.seeds, Path(args.sweep) / "compare", record,
-                             overrides=[f"federation.rounds={rounds}"], jobs=args.jobs)
+                             overrides=[f"federation.rounds={rounds}"], jobs=args.jobs, diverged=True)
     results = [{"split": r.point["split"], "method": r.point["method"], "seed": r.seed, "rounds": rounds,
-                "history": r.records, "wall_s": r.wall_s, "provenance": r.summary.get("provenance")} for r in done]
+                "history": r.records, "wall_s": r.wall_s, "provenance": r.summary.get("provenance"),
+                **({"diverged": {k: r.summary[k] for k in ("round", "why", "chance")}} if "why" in r.summary else {})}
+               for r in done]
     return {key(r): r for r in results}, failed
 
 
@@ -229,11 +231,16 @@ def compare_page(saved: dict) -> str:
                       key=lambda r: r.get("seed", 0))
 
     def cell(runs: list[dict]) -> str:
-        final = [100 * r["history"][-1]["accuracy"] for r in runs]
+        final = [100 * final_value(r) for r in runs]
         if not final:
             return "n.a."
         text = f"{np.mean(final):.1f} ± {np.std(final, ddof=1):.1f}" if len(final) > 1 else f"{final[0]:.1f}"
+        if any(r.get("diverged") for r in runs):
+            text += f" ({sum(bool(r.get('diverged')) for r in runs)} diverged)"
         return text if len(final) == len(FAMILY_SEEDS) else f"{text} ({len(final)} seed{'s' if len(final) > 1 else ''})"
+
+    def named(r: dict) -> str:
+        return f"{METHODS[r['method']][0]} at {r['split']}, seed {r.get('seed', 0)}"
 
     family = [*PROPOSED, *BASELINES]
     fam_runs = [r for r in results.values() if r["method"] in family and r.get("seed", 0) in FAMILY_SEEDS]
@@ -253,6 +260,7 @@ def compare_page(saved: dict) -> str:
              f"{FAMILY_SEEDS[0]}-{FAMILY_SEEDS[-1]} (each the run's seed and the split's); {runs_commit_text(fam_runs, 'the family')}. "
              "FedDF is the paper's TFL FedDF: AvgLogit targets on the test inputs (the ablation's AL).", "",
              *markdown_table(["method", *SPLITS], rows), "",
+             *([text, ""] if (text := diverged_text(fam_runs, named)) else []),
              "MrTF's refinement over the round's plain aggregate (refined minus aggregate accuracy, over its runs and "
              "rounds): " + ("; ".join(gains) or "-") + "."]
     if other_rows:
@@ -261,6 +269,8 @@ def compare_page(saved: dict) -> str:
                   f"Final accuracy %, mean ± std over the seeds run; "
                   f"{runs_commit_text(other_runs, 'the ablation')}. Not part of the claims' family.", "",
                   *markdown_table(["method", *SPLITS], other_rows)]
+        if text := diverged_text(other_runs, named):
+            lines += ["", text]
     lines += ["", "Written by `scripts/repro_mrtf.py --only compare`: "
               + "; ".join(f"{m['runs']} runs ({', '.join(m['methods'] + m.get('splits', [])) or 'all'}"
                           f"{', seeds ' + ' '.join(map(str, m['seeds'])) if m.get('seeds', [0]) != [0] else ''}) in "

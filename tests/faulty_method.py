@@ -52,3 +52,18 @@ class NanClients(FedAvg):
 
 
 NAN_CLIENTS = Method(NanClients, FedAvgParams())
+
+
+class LateNanClient(HeadSharingClient):
+    """FedAvg's client, except that every client uploads NaN from round 2 on: a run of
+    ``DivergesInRound2`` diverges in round 2, after one good round."""
+
+    def upload(self, task, theta, local, client):
+        if task.round >= 2:
+            return {name: value * float("nan") for name, value in local.weights.items()}
+        return local.weights
+
+
+class DivergesInRound2(FedAvg):
+    name = "diverges_in_round_2"
+    Client = LateNanClient

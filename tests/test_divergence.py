@@ -1,13 +1,17 @@
 """NaN and Inf never reach the global model: bad updates are left out and counted, and a run whose
 every update (or whose model) is non-finite stops in one line naming the round and the cause."""
 
+import json
+
 import numpy as np
 import pytest
 
 import tests.faulty_method as faulty
-from fedray.checkpoint import CHECKPOINT, read_checkpoint
+from fedray.checkpoint import CHECKPOINT, DIVERGED, read_checkpoint
 from fedray.cli import main
-from fedray.runner import RunFailed, run_experiment
+from fedray.config import load_config
+from fedray.provenance import provenance
+from fedray.runner import RunFailed, discard, run_experiment, run_to_the_end
 from fedray.tracking import read_scalars
 from fedray.weights import all_finite
 from tests.test_runner import local_config
@@ -59,6 +63,20 @@ def test_a_round_of_only_nan_updates_stops_the_run_and_names_the_last_good_check
     assert "the likely cause is the learning rate (training.lr = 0.1)" in line
     assert line.endswith(f"the checkpoint of round 2 is intact: fedray resume {tmp_path}")
     assert read_checkpoint(tmp_path / CHECKPOINT)["round"] == 2
+    # the divergence is the run's result: diverged.json, and no result.json
+    diverged = json.loads((tmp_path / DIVERGED).read_text())
+    assert not (tmp_path / "result.json").exists()
+    assert diverged["round"] == 3 and diverged["rounds"] == 2 and diverged["chance"] == 0.1  # digits: 10 classes
+    assert line.startswith("Diverged: " + diverged["why"])
+    scalars = read_scalars(tmp_path)
+    assert diverged["last"]["round"] == 2
+    assert diverged["last"]["eval/accuracy"] == pytest.approx(scalars["eval/accuracy"][-1][1], rel=1e-6)  # float32
+    assert diverged["provenance"] == provenance(load_config(tmp_path / "config.yaml"))
+    # a sweep does not run a diverged trial again (its seeds fix every step), and a restart discards it
+    run_to_the_end(load_config(tmp_path / "config.yaml"), tmp_path)
+    assert json.loads((tmp_path / DIVERGED).read_text()) == diverged
+    discard(tmp_path)
+    assert not (tmp_path / DIVERGED).exists()
 
 
 def test_a_learning_rate_that_diverges_is_one_line_and_exit_status_1(tmp_path, capsys):

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from fedray.repro import (Store, cpu_model, grid_arguments, invocation, listing, markdown_table, round_metrics,
-                          run_experiments, run_specs)
+from fedray.repro import (Store, cpu_model, diverged_text, final_value, grid_arguments, invocation, listing,
+                          markdown_table, round_metrics, run_experiments, run_specs)
 
 
 def test_store_merges_results_and_drops_a_file_of_another_header(tmp_path):
@@ -129,3 +129,14 @@ def test_the_setup_table_is_read_from_the_config():
     assert "| test set | the first 2,000 test samples | - |" in lines
     assert "| distillation | adam, lr 0.001, batch 128, 1 epoch over the auxiliary data | - |" in lines
     assert lines[-1] == "- the MLP: two cores"
+
+
+def test_a_run_that_diverged_scores_chance_and_is_named():
+    ok = {"method": "a", "history": [{"round": 1, "accuracy": 0.5}, {"round": 2, "accuracy": None}]}
+    bad = {"method": "b", "history": [{"round": 1, "accuracy": 0.6}],
+           "diverged": {"round": 2, "why": "round 2: all 10 client updates held NaN or Inf", "chance": 0.1}}
+    assert final_value(ok) == 0.5 and final_value(bad) == 0.1  # not its last good round's 0.6
+    assert diverged_text([ok], lambda r: r["method"]) == ""
+    assert diverged_text([ok, bad], lambda r: r["method"]) == (
+        "Diverged, and counted at chance as their final accuracy: b in round 2 (round 2: all 10 client updates "
+        "held NaN or Inf), 10.0%.")

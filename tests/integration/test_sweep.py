@@ -11,7 +11,7 @@ import yaml
 
 from fedray.cli import main
 from fedray.config import ConfigError
-from fedray.repro import run_specs
+from fedray.repro import final_value, run_specs
 from fedray.sweeps import sweep
 from tests.integration.conftest import small_config
 
@@ -117,3 +117,33 @@ def test_a_bad_trial_config_is_refused_before_anything_runs(local_ray, tmp_path)
     with pytest.raises(ConfigError, match="training.lr"):
         sweep(base(), {"training.lr": [0.05, -1]}, seeds=[0], out=tmp_path / "bad", progress=False)
     assert not (tmp_path / "bad").exists()
+
+
+def test_a_trial_that_diverged_is_a_result_and_is_not_run_again(local_ray, tmp_path):
+    specs = [{"method": m, "seed": 0, "overrides": [f"algorithm.name={m}", "federation.rounds=3"]}
+             for m in ("fedavg", "tests.faulty_method:DivergesInRound2")]
+    record = lambda rnd, m, c: {"round": rnd, "accuracy": m["eval/accuracy"]}  # noqa: E731
+    done, failed = run_specs(base().to_dict(), specs, lambda s: s["method"].split(":")[-1], tmp_path, record,
+                             progress=False, diverged=True)
+    assert failed == []
+    (_, fine), (spec, bad) = sorted(done, key=lambda d: d[0]["method"])
+    assert spec["method"] == "tests.faulty_method:DivergesInRound2"
+    assert [r["round"] for r in fine.records] == [1, 2, 3] and "final" in fine.summary
+    # the diverged trial: its one good round, and its diverged.json as the summary
+    run_dir = tmp_path / "trials" / "run=DivergesInRound2,seed=0"
+    assert bad.summary == json.loads((run_dir / "diverged.json").read_text())
+    assert [r["round"] for r in bad.records] == [1]
+    assert (bad.summary["round"], bad.summary["rounds"], bad.summary["chance"]) == (2, 1, 0.1)
+    assert bad.summary["why"].startswith("round 2: all 3 client updates held NaN or Inf")
+    assert bad.summary["provenance"]["commit"] == fine.summary["provenance"]["commit"]
+    row = {"history": bad.records, "diverged": bad.summary}
+    assert final_value(row) == 0.1 and final_value({"history": fine.records}) == fine.records[-1]["accuracy"]
+    rows = json.loads((tmp_path / "sweep.json").read_text())["trials"]
+    assert [r["status"] for r in rows] == ["done", "diverged"] and rows[1]["rounds"] == 1
+    # run again: nothing runs (a diverged trial is not a stopped one); without diverged=True it is
+    # one of the trials that did not finish, with its line
+    before = (run_dir / "diverged.json").stat().st_mtime_ns
+    again, failed = run_specs(base().to_dict(), specs, lambda s: s["method"].split(":")[-1], tmp_path, record,
+                              progress=False)
+    assert len(again) == 1 and (run_dir / "diverged.json").stat().st_mtime_ns == before
+    assert [(r["status"], r["error"].split(":")[0]) for r in failed] == [("diverged", "Diverged")]
