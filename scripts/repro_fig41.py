@@ -70,7 +70,8 @@ def run(rounds: int, sweep: Path, jobs: int | None) -> tuple[dict, list]:
         last = r.records[-1]
         results[spec["method"], spec["split"]] = {
             "method": spec["method"], "split": spec["split"], "accuracy": last["eval/accuracy"],
-            "mb_up": last["comm/bytes_up_total"] / 1e6, "mb_down": last["comm/bytes_down_total"] / 1e6}
+            "mb_up": last["comm/bytes_up_total"] / 1e6, "mb_down": last["comm/bytes_down_total"] / 1e6,
+            "provenance": r.summary["provenance"]}
     return results, failed
 
 

@@ -86,7 +86,8 @@ def run(sweep: Path) -> tuple[dict, list]:
         for spec, r in done:
             results[spec["run"]] = {"run": spec["run"], "config": config.name, "rounds": r.config.federation.rounds,
                                     "clients_per_round": r.config.federation.clients_per_round,
-                                    "momentum": r.config.training.momentum, "history": r.records, "wall_s": r.wall_s}
+                                    "momentum": r.config.training.momentum, "history": r.records, "wall_s": r.wall_s,
+                                    "provenance": r.summary["provenance"]}
     return results, failed
 
 
