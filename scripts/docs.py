@@ -394,6 +394,13 @@ def fedaux_runs(experiment: str) -> Callable[[dict], list[dict]]:
     return lambda d: fedaux_of(d, experiment)
 
 
+def mrtf_tables(d: dict) -> list[dict]:
+    """MrTF's runs, each named by its table on repro_mrtf.md: the claims' (Fig. 7) or the ablation's."""
+    mod = importlib.import_module("repro_mrtf")
+    family = {*mod.PROPOSED, *mod.BASELINES}
+    return [{**r, "experiment": "Fig. 7" if r["method"] in family else "the ablation"} for r in d["results"]]
+
+
 def fedgen_runs(d: dict) -> list[dict]:
     return [r for r in d["results"] if r["experiment"] == "table1"]
 
@@ -490,7 +497,7 @@ ROWS = [
      "with C-bar = 5 and 3; Fashion-MNIST with the MLP instead of the digit sets' nets, 20 rounds instead of 200; "
      "seeds vary the split; FedDF as the paper runs it in TFL (AvgLogit on the test inputs = the ablation's AL)",
      "Fig. 7 and Fig. 11 (plots only): MrTF best in every scene; each ablation step adds accuracy",
-     "repro_mrtf.json", mrtf_compare, results_of),
+     "repro_mrtf.json", mrtf_compare, mrtf_tables),
     ("`fedgen.yaml` + `scripts/repro_fedgen.py`",
      "FedGen Table 1's MNIST rows on Fashion-MNIST: 20 users with half the training data by Dirichlet alpha 0.05 / "
      "0.1 / 1, 10 active, 20 local steps of batch 32 (SGD 0.01), FedGen's CNN, 100 rounds instead of 200; seeds "
@@ -1003,7 +1010,19 @@ NOTES = [
 ALL_RUNS = {"repro_lstm.json": lambda d: list(d["results"].values()),
             "repro_cfl.json": lambda d: importlib.import_module("repro_cfl").results_of(d),
             "repro_distill.json": lambda d: d["runs"], "repro_fedaux.json": lambda d: d["runs"],
-            "repro_mrtf_demo.json": whole}
+            "repro_mrtf_demo.json": whole, "repro_mrtf.json": mrtf_tables}
+
+
+def table_commits(runs: list[dict[str, Any]], source: str) -> dict[str, list[str]]:
+    """The runs grouped by their table (``experiment``): each group's :func:`runs_commit_text`, with the
+    tables that share it."""
+    experiments: dict[Any, list[dict[str, Any]]] = {}
+    for run in runs:
+        experiments.setdefault(run.get("experiment"), []).append(run)
+    texts: dict[str, list[str]] = {}
+    for experiment, mine in experiments.items():
+        texts.setdefault(runs_commit_text(mine, f"{source} {experiment}" if experiment else source), []).append(experiment)
+    return texts
 
 
 def notes() -> list[str]:
@@ -1014,12 +1033,7 @@ def notes() -> list[str]:
         data = load(s)
         if data is None:
             continue
-        experiments: dict[Any, list[dict[str, Any]]] = {}
-        for run in ALL_RUNS.get(s, results_of)(data):
-            experiments.setdefault(run.get("experiment"), []).append(run)
-        texts: dict[str, list[str]] = {}
-        for experiment, runs in experiments.items():
-            texts.setdefault(runs_commit_text(runs, f"{s} {experiment}" if experiment else s), []).append(experiment)
+        texts = table_commits(ALL_RUNS.get(s, results_of)(data), s)
         for text, names in texts.items():
             commits.setdefault(text, []).append(f"`{s}`" if len(texts) == 1 else f"`{s}` ({', '.join(names)})")
     lines = ["Written by `scripts/docs.py`: every statement about our runs below is computed from the runs' JSON "
@@ -1044,7 +1058,9 @@ def summary_table() -> list[str]:
         mine = runs(data) if data is not None else []
         cell = (ours(data) if mine else f"no recorded run (`docs/{source}` holds none)" if data is not None
                 else f"no recorded run (`docs/{source}` is missing)")
-        commit = runs_commit_text(mine, source) if mine else "-"
+        texts = table_commits(mine, source)
+        commit = ("; ".join(text if len(texts) == 1 else f"{', '.join(names)}: {text}" for text, names in texts.items())
+                  if mine else "-")
         lines.append(f"| {config} | {follows} | {paper} | {cell} | {commit} |")
     return lines
 

@@ -142,3 +142,20 @@ def test_the_notes_are_computed_from_the_json(monkeypatch):
     notes = text[text.index("## Notes"):]
     hand = notes[:notes.index(docs.NOTES_START)] + notes[notes.index(docs.NOTES_END):]
     assert not re.search(r"\d\.\d|\d%", hand), "a number in the notes outside their generated block"
+
+
+def test_each_table_of_a_file_names_its_own_commit():
+    """A file's runs are grouped by their table (``experiment``); tables at one commit share its text, a
+    table whose runs do not make one says so, and MrTF's runs are named by their table on repro_mrtf.md."""
+    docs = script("docs")
+    fig7 = [{**r, "experiment": "Fig. 7"} for r in _runs([50.0, 51.0]).values()]
+    ablation = [{**r, "experiment": "ablation"} for r in _runs([40.0], commit="d" * 40).values()]
+    assert docs.table_commits(fig7 + ablation, "f.json") == {"commit `ccccccccc`": ["Fig. 7"],
+                                                             "commit `ddddddddd`": ["ablation"]}
+    same = [{**r, "experiment": "ablation"} for r in _runs([40.0]).values()]
+    assert docs.table_commits(fig7 + same, "f.json") == {"commit `ccccccccc`": ["Fig. 7", "ablation"]}
+    bare = {"experiment": "ablation", "history": [{"accuracy": 0.4}]}
+    [text] = [t for t, names in docs.table_commits(fig7 + same + [bare], "f.json").items() if names == ["ablation"]]
+    assert text.endswith("f.json ablation: 1 of 2 runs carry no commit; re-run them")
+    tables = {r["method"]: r["experiment"] for r in docs.mrtf_tables(docs.load("repro_mrtf.json"))}
+    assert tables["mrtf"] == tables["scaffold"] == "Fig. 7" and tables["st"] == tables["mrtf_nofb"] == "the ablation"
