@@ -19,9 +19,11 @@ authors' code's rules at alpha 0.05, 0.1, 1 and 10, seeds 0-2; each round's user
 their own feature extractor under the new global head, on the test samples of the labels it holds
 (the authors' code's measure, which made the paper's numbers) and on the whole test set.
 
-Ablation (``table1`` with ``--methods``): the authors' code's rules one at a time on the paper's
+``rules`` (Table 1's setting, seeds 0-2): the authors' code's rules one at a time on the paper's
 FedGen (``fedgen_weighted``, ``fedgen_alpha10``, ``fedgen_beta``, ``fedgen_counts``,
-``fedgen_draws``), and ``fedavg_weighted``, the baseline of the variants that average by |D_k|.
+``fedgen_draws``) beside FedGen and FedAvg, and ``fedavg_weighted``, the baseline of the variant that
+averages by |D_k|: a table of its own, run in one call, so that each variant is paired with its
+baseline from the same call.
 
 Writes ``docs/repro_fedgen.md`` and ``.json``; runs of a grid merge into the saved results.
 
@@ -30,6 +32,7 @@ Writes ``docs/repro_fedgen.md`` and ``.json``; runs of a grid merge into the sav
     python scripts/repro_fedgen.py --only table1 --alphas 0.1 --methods fedavg fedgen --seeds 0
     python scripts/repro_fedgen.py --only table2
     python scripts/repro_fedgen.py --only table4
+    python scripts/repro_fedgen.py --only rules
 
 Each table runs as a ``fedray sweep`` (``fedray.repro.run_specs``) into ``--sweep``/<table>, as many
 trials at once as Ray has CPUs; a seed sets the run's seed and the split's (``seed``, ``data.seed``,
@@ -92,6 +95,9 @@ PAPER_SIZES = {(64, 256): "72.01±0.76", (32, 256): "71.61±0.25", (32, 128): "7
 # of Table 1, at every alpha, on PRIMARY (Table 1's measure: the mean of a run's top-5 rounds)
 PROPOSED = ("fedgen", "fedgen_code")
 BASELINES = ("fedavg", "fedprox", "fedensemble", "feddistill", "feddistill_plus", "feddfusion")
+TABLE1 = (*BASELINES, *PROPOSED)  # Table 1's methods; the code's rules one at a time are ``rules``'
+RULES = ("fedavg", "fedgen", "fedavg_weighted", "fedgen_weighted", "fedgen_alpha10", "fedgen_beta", "fedgen_counts",
+         "fedgen_draws")
 PRIMARY = "top5"
 FAMILY_SEEDS = (0, 1, 2, 3, 4)  # each sets the run's seed, the split and the held-back inputs
 # the paper's setting beside ours (digest mrtf_fedgen.md, B.5), and every deviation with its reason
@@ -171,27 +177,35 @@ def page(saved: dict) -> str:
     rows = []
     for method, (label, _) in METHODS.items():
         runs = {a: [r for r in done if r["experiment"] == "table1" and r["method"] == method and r["alpha"] == a]
-                for a in ALPHAS}
+                for a in ALPHAS} if method in TABLE1 else {}
         if any(runs.values()):
-            paper = PAPER.get(method, ("-",) * len(ALPHAS))
+            paper = PAPER[method]
             field = "personal" if method == "feddistill" else "accuracy"  # users' own models, on their labels
             rows.append([label] + [c for i, a in enumerate(ALPHAS) for c in (cell(runs[a], field), paper[i])]
                         + [str(max(len(v) for v in runs.values()))])
 
-    def table1(method: str, a: float) -> list[dict]:
-        return [r for r in done if r["experiment"] == "table1" and r["method"] == method and r["alpha"] == a]
+    def gains(experiment: str, methods: tuple[str, ...]) -> list[list[str]]:
+        """Each method minus its BASELINE, top-5, mean over the seeds both ran in ``experiment``."""
+        def of(method: str, a: float) -> dict[int, dict]:
+            return {r["seed"]: r for r in done if r["experiment"] == experiment and r["method"] == method
+                    and r["alpha"] == a}
+        out = []
+        for method in methods:
+            cells = []
+            for a in ALPHAS:
+                g, f = of(method, a), of(BASELINE[method], a)
+                seeds = sorted(set(g) & set(f))
+                diff = [100 * (top5(g[s]) - top5(f[s])) for s in seeds]
+                cells.append(f"{np.mean(diff):+.2f} ({len(seeds)})" if seeds else "")
+            if any(cells):
+                out.append([METHODS[method][0], METHODS[BASELINE[method]][0]] + cells)
+        return out
 
-    gaps = []
-    for method, base in BASELINE.items():
-        cells = []
-        for a in ALPHAS:
-            g, f = table1(method, a), table1(base, a)
-            seeds = sorted({r["seed"] for r in g} & {r["seed"] for r in f})
-            diff = [100 * (top5(next(r for r in g if r["seed"] == s)) - top5(next(r for r in f if r["seed"] == s)))
-                    for s in seeds]
-            cells.append(f"{np.mean(diff):+.2f} ({len(seeds)})" if seeds else "")
-        if any(cells):
-            gaps.append([METHODS[method][0], METHODS[base][0]] + cells)
+    gaps = gains("table1", PROPOSED)
+    rules = [r for r in done if r["experiment"] == "rules"]
+    rule_rows = [[METHODS[m][0]] + [cell([r for r in rules if r["method"] == m and r["alpha"] == a]) for a in ALPHAS]
+                 + [str(len({r["seed"] for r in rules if r["method"] == m}))]
+                 for m in RULES if any(r["method"] == m for r in rules)]
     sizes = []
     for size in SIZES:
         runs = [r for r in done if r["experiment"] == "table2" and r.get("size") == list(size)]
@@ -213,6 +227,15 @@ def page(saved: dict) -> str:
              "FedGen's gain over FedAvg averaged the same way (points, top-5, mean over the seeds both have; "
              "the seeds in brackets). The paper's MNIST gains: +3.60 / +2.87 / +1.68.", "",
              *markdown_table(["FedGen", "against", "alpha 0.05", "alpha 0.1", "alpha 1"], gaps)]
+    if rule_rows:
+        lines += ["", "## The authors' code's rules one at a time", "",
+                  f"Table 1's setting; runs: {runs_commit_text(rules, 'rules')}. Each rule of the code's FedGen "
+                  "(`fedgen_code` above) added alone to the paper's FedGen, beside FedGen and FedAvg of the same call; "
+                  "top-5 mean ± std (final round in brackets), %. Not part of the claims.", "",
+                  *markdown_table(["method", "alpha 0.05", "alpha 0.1", "alpha 1", "seeds"], rule_rows), "",
+                  "Each minus its baseline (points, top-5, mean over the seeds both ran; the seeds in brackets):", "",
+                  *markdown_table(["variant", "against", "alpha 0.05", "alpha 0.1", "alpha 1"],
+                                  gains("rules", tuple(m for m in RULES if m in BASELINE)))]
     head = []
     for method in PAPER_HEAD:
         runs = {a: [r for r in done if r["experiment"] == "table4" and r["method"] == method and r["alpha"] == a]
@@ -243,9 +266,10 @@ def write(results: dict, path: Path, calls: list[dict]) -> None:
 
 
 def main() -> None:
-    parser = grid_arguments(__doc__, ["table1", "table2", "table4"], ROOT / "docs" / "repro_fedgen")
-    parser.add_argument("--methods", nargs="+", choices=list(METHODS), help="table1 and table4: only these")
-    parser.add_argument("--alphas", nargs="+", type=float, default=list(ALPHAS), help="table1 and table4: only these")
+    parser = grid_arguments(__doc__, ["table1", "table2", "table4", "rules"], ROOT / "docs" / "repro_fedgen")
+    parser.add_argument("--methods", nargs="+", choices=list(METHODS), help="table1, table4 and rules: only these")
+    parser.add_argument("--alphas", nargs="+", type=float, default=list(ALPHAS),
+                        help="table1, table4 and rules: only these")
     parser.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
     parser.add_argument("--family", action="store_true",
                         help="table1: the claims' family (PROPOSED and BASELINES, seeds 0-4, every alpha) in one call")
@@ -258,17 +282,24 @@ def main() -> None:
     saved = store.read() or {}
     calls = saved.get("invocations", [])
     store.header = {"invocations": calls}  # kept by every save of the grid, so a stopped grid keeps them
+    kept = {k: r for k, r in store.load().items() if r["experiment"] != "table1" or r["method"] in TABLE1}
+    if saved and len(kept) < len(saved.get("results", [])):  # the rules' variants, once run in table1: now ``rules``
+        store.save(kept)
     if args.plot_only:
         write({key(r): r for r in saved["results"]}, out.with_suffix(".md"), calls)
         return
     rounds = args.rounds or 100
     todo = []
     if not args.only or "table1" in args.only:
-        todo += [spec("table1", m, a, s, rounds) for s in args.seeds for a in args.alphas for m in (args.methods or METHODS)]
+        todo += [spec("table1", m, a, s, rounds) for s in args.seeds for a in args.alphas for m in TABLE1
+                 if not args.methods or m in args.methods]
     if not args.only or "table2" in args.only:
         todo += [spec("table2", "fedgen", 0.1, s, rounds, size) for s in args.seeds for size in SIZES]
     if not args.only or "table4" in args.only:
         todo += [spec("table4", m, a, s, rounds) for s in args.seeds for a in ALPHAS4 for m in PAPER_HEAD
+                 if not args.methods or m in args.methods]
+    if not args.only or "rules" in args.only:
+        todo += [spec("rules", m, a, s, rounds) for s in args.seeds for a in args.alphas for m in RULES
                  if not args.methods or m in args.methods]
     start = time.perf_counter()
     results, failed = run_experiments(
