@@ -279,10 +279,16 @@ class PretrainConfig(_Section):
 
 
 class TrainingConfig(_Section):
-    """Local training on each client (the client half of every method)."""
+    """Local training on each client (the client half of every method).
+
+    ``lr_decay`` (gamma, 1: none) decays a client's local lr with the round of its previous local
+    training r': it trains at lr * gamma^(r' - 1), at lr the first time (FedGen's code:
+    ``ExponentialLR(0.99)`` stepped with the round after each user's training; no paper of the seeds
+    decays the local lr, so the default keeps it fixed; ``fedray.observers.LocalLrDecay``)."""
 
     optimizer: Literal["sgd", "adam"] = "sgd"
     lr: float = Field(0.05, gt=0)
+    lr_decay: float = Field(1.0, gt=0, le=1)
     momentum: float = Field(0.0, ge=0, lt=1)
     weight_decay: float = Field(0.0, ge=0)
     batch_size: BatchSize = Field(32, ge=1)

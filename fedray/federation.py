@@ -22,7 +22,7 @@ from fedray.checkpoint import CHECKPOINT, DIVERGED, checkpoint_file, read_checkp
 from fedray.clients import group_test_set
 from fedray.config import save_config
 from fedray.messages import RoundPlan, RoundResult
-from fedray.observers import (ByteCounter, Checkpointer, Diverged, DivergenceGuard, Observer, Step,
+from fedray.observers import (ByteCounter, Checkpointer, Diverged, DivergenceGuard, LocalLrDecay, Observer, Step,
                               TensorBoardLog)
 from fedray.plugins import load_observers
 from fedray.provenance import provenance
@@ -49,9 +49,11 @@ class Federation:
         self.run_dir = Path(run_dir)
         self.round = 0
         self.history: list[dict[str, float]] = []
-        self.observers: list[Observer] = [DivergenceGuard(), ByteCounter(), TensorBoardLog(),
-                                          *([Checkpointer()] if checkpoints else []), *observers,
-                                          *load_observers(self.config)]
+        decay = self.config.training.lr_decay
+        self.observers: list[Observer] = [
+            *([LocalLrDecay(decay, self.config.federation.num_clients)] if decay != 1 else []),
+            DivergenceGuard(), ByteCounter(), TensorBoardLog(), *([Checkpointer()] if checkpoints else []),
+            *observers, *load_observers(self.config)]
         self._eval_models: dict[str, torch.nn.Module] = {}
         self._test_sets: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
         checkpoint = self._read_checkpoint() if resume else None
@@ -78,6 +80,8 @@ class Federation:
         self.round += 1
         start = time.perf_counter()
         plan = self.strategy.configure_round(self.round)  # plan: the sampled clients' tasks, the broadcast
+        for observer in self.observers:  # e.g. each task's local lr (training.lr_decay)
+            observer.planned(self, self.round, plan)
         step = self._execute(plan)  # execute: each client's local update (folded on the hosts: their sums)
         clients_done = time.perf_counter()
         self._faults(step)

@@ -45,6 +45,7 @@ class ClientTask:
         seed: seed of every random choice the client makes this round (batch order, dropout).
         options: what else the method tells this client this round, as a small frozen dataclass of
             that method (e.g. STC's ``ModelCheck``); None when there is nothing.
+        lr_scale: the factor on ``training.lr`` of this task's local training (``training.lr_decay``).
     """
 
     client_id: int
@@ -53,6 +54,7 @@ class ClientTask:
     payload_keys: tuple[str, ...]
     seed: int
     options: Any = None
+    lr_scale: float = 1.0
 
 
 @dataclass(frozen=True)

@@ -6,24 +6,27 @@ else it does through observers, called in order at fixed points of each round:
 ============  ==========================================================================
 ``started``   the loop is ready: a new run (``resumed`` False) or one resumed from its checkpoint
 ``prepared``  the method's one-time preparation ran (the step is round 0)
+``planned``   a round's plan is made, before its tasks run: an observer may change its tasks
 ``screen``    a round's updates came back, before aggregation: an observer may drop some
 ``aggregated`` the strategy aggregated; the global models are in ``fed.strategy``
 ``ended``     the round is complete, its metrics evaluated and in ``fed.history``
 ``finished``  the run ends; an observer may add to the summary that becomes ``result.json``
 ============  ==========================================================================
 
-Each hook gets the loop and the :class:`Step` (the round's plan, updates, metrics and text notes)
-and may add metrics or notes to it. An observer with a ``key`` keeps state across a resume: its
-``state_dict`` is saved in the checkpoint under that key. fedray's own observers: the
-:class:`DivergenceGuard`, the :class:`ByteCounter`, the :class:`TensorBoardLog` and the
-:class:`Checkpointer`; a user's observers (``Federation(..., observers=[...])``) run after them.
+Each hook but ``planned`` (which gets the round and its ``RoundPlan``) gets the loop and the
+:class:`Step` (the round's plan, updates, metrics and text notes) and may add metrics or notes to
+it. An observer with a ``key`` keeps state across a resume: its ``state_dict`` is saved in the
+checkpoint under that key. fedray's own observers: the :class:`DivergenceGuard`, the
+:class:`ByteCounter`, the :class:`TensorBoardLog`, the :class:`Checkpointer` and, with
+``training.lr_decay``, :class:`LocalLrDecay`; a user's observers (``Federation(...,
+observers=[...])``) run after them.
 """
 
 from __future__ import annotations
 
 import json
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, ClassVar, Optional
 
 import numpy as np
@@ -58,6 +61,8 @@ class Observer:
     def started(self, fed: Federation, resumed: bool) -> None: ...
 
     def prepared(self, fed: Federation, step: Step) -> None: ...
+
+    def planned(self, fed: Federation, round: int, plan: RoundPlan) -> None: ...
 
     def screen(self, fed: Federation, step: Step) -> None: ...
 
@@ -107,6 +112,32 @@ class DivergenceGuard(Observer):
                            f"aggregation; the likely cause is the learning rate (training.lr = "
                            f"{fed.config.training.lr:g}, algorithm settings): lower it")
         step.metrics["clients/rejected"] = float(self.rejected)
+
+
+class LocalLrDecay(Observer):
+    """``training.lr_decay`` (gamma): each task of a round gets ``lr_scale`` gamma^(r' - 1), r' the
+    round of its client's previous local training (1 the first time), which is then this round. A
+    client's rounds are kept in the checkpoint, so a resumed run goes on with the same rates."""
+
+    key = "lr_decay"
+
+    def __init__(self, gamma: float, num_clients: int):
+        self.gamma = gamma
+        self.last = np.zeros(num_clients, dtype=np.int64)  # r' of each client; 0: never trained
+
+    def planned(self, fed: Federation, round: int, plan: RoundPlan) -> None:
+        tasks = []
+        for task in plan.tasks:
+            previous = int(self.last[task.client_id])
+            tasks.append(replace(task, lr_scale=self.gamma ** max(previous - 1, 0)))
+            self.last[task.client_id] = round
+        plan.tasks[:] = tasks  # the plan is frozen, its list of tasks is the round's to change
+
+    def state_dict(self) -> Any:
+        return self.last.copy()
+
+    def load_state_dict(self, state: Any) -> None:
+        self.last = np.asarray(state, dtype=np.int64).copy()
 
 
 class ByteCounter(Observer):

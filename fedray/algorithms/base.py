@@ -37,7 +37,7 @@ import torch
 from pydantic import BaseModel, ConfigDict
 
 from fedray.algorithms.helpers import initial_model
-from fedray.config import Config
+from fedray.config import Config, TrainingConfig
 from fedray.fold import Sums, Terms, add_terms
 from fedray.messages import ClientSpec, ClientTask, ClientUpdate, RoundPlan
 from fedray.cohort import CohortClient, StackedLoss, train_cohort
@@ -198,9 +198,14 @@ class ClientAlgorithm:
         set_weights(model, theta)
         generator = torch.Generator().manual_seed(task.seed)
         torch.manual_seed(task.seed)  # dropout and other in-model randomness
-        stats = local_train(model, client.x, client.y, self.config.training, generator, self.extra_loss(model, task),
+        stats = local_train(model, client.x, client.y, self.training(task), generator, self.extra_loss(model, task),
                             self.config.pretrain.freeze_features)
         return Trained(get_weights(model), stats)
+
+    def training(self, task: ClientTask) -> TrainingConfig:
+        """The task's local training settings: ``training``, its lr times the task's ``lr_scale``."""
+        t = self.config.training
+        return t if task.lr_scale == 1 else t.model_copy(update={"lr": t.lr * task.lr_scale})
 
     def extra_loss(self, model: torch.nn.Module, task: ClientTask) -> Optional[ExtraLoss]:
         """A term added to the local objective, built after ``model`` holds theta (none by default)."""
@@ -224,10 +229,14 @@ class ClientAlgorithm:
     def train_cohort(self, tasks: list[ClientTask], thetas: list[Weights], clients: list[VirtualClient]) -> list[Trained]:
         """``train`` for clients of one architecture at once, in lockstep (``fedray.cohort.train_cohort``):
         each with its task's seed, so with the batches ``train`` would draw."""
-        cohort = [CohortClient(theta, c.x, c.y, t.seed) for t, theta, c in zip(tasks, thetas, clients)]
-        out = train_cohort(self.model(tasks[0].arch), cohort, self.config.training, self.stacked_loss(),
-                           self.config.pretrain.freeze_features)
-        return [Trained(weights, metrics) for weights, metrics in out]
+        out: dict[int, Trained] = {}
+        for scale in dict.fromkeys(t.lr_scale for t in tasks):  # one cohort per local lr (training.lr_decay)
+            mine = [i for i, t in enumerate(tasks) if t.lr_scale == scale]
+            cohort = [CohortClient(thetas[i], clients[i].x, clients[i].y, tasks[i].seed) for i in mine]
+            trained = train_cohort(self.model(tasks[0].arch), cohort, self.training(tasks[mine[0]]),
+                                   self.stacked_loss(), self.config.pretrain.freeze_features)
+            out.update({i: Trained(weights, metrics) for i, (weights, metrics) in zip(mine, trained)})
+        return [out[i] for i in range(len(tasks))]
 
     def upload(self, task: ClientTask, theta: Weights, local: LocalUpdate, client: VirtualClient) -> Any:
         """What the client sends back (its ``bytes_up`` are counted by the host). Default: theta_i."""

@@ -23,6 +23,7 @@ import torch.nn.functional as F
 
 from fedray.algorithms.base import ClientAlgorithm, Gradient, Params, Strategy, VirtualClient
 from fedray.algorithms.helpers import mean_client_loss
+from fedray.config import Config
 from fedray.fold import Sums, Terms
 from fedray.messages import ClientTask, ClientUpdate
 from fedray.training import batch_indices
@@ -71,6 +72,14 @@ class DSGD(Strategy):
         'Data", TU Berlin; Alg. 1')
     Params = Params
     Client = DSGDClient
+
+    @classmethod
+    def config_problem(cls, config: Config, params: Params) -> Optional[str]:
+        """Clients take no local step (they send a gradient): a decay of the local lr would do nothing."""
+        if config.training.lr_decay != 1:
+            return (f"bad config value training.lr_decay = {config.training.lr_decay}: dsgd's clients send one "
+                    "gradient and take no local step; the server steps with training.lr")
+        return None
 
     def aggregate_sums(self, round: int, sums: Sums, updates: list[ClientUpdate]) -> dict[str, float]:
         eta = self.config.training.lr

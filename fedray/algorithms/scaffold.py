@@ -84,7 +84,7 @@ class ScaffoldClient(ClientAlgorithm):
         if self.params.control == "I":  # g_i(x): the full local gradient at the server model
             new = self.full_gradient(task.arch, theta, client)
         else:  # c_i - c + (x - y_i) / (K eta_l)
-            scale = 1.0 / (local.metrics["steps"] * self.config.training.lr)
+            scale = 1.0 / (local.metrics["steps"] * self.training(task).lr)  # the eta_l it trained with
             new = {name: (own[name] - control[name] + scale * (theta[name] - local.weights[name])).astype(np.float32)
                    for name in own}
         client.state["control"] = new
