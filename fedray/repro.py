@@ -321,6 +321,7 @@ def setup_rows(config: Config, paper: Mapping[str, str]) -> list[list[str]]:
     fed, train, data = config.federation, config.training, config.data
     models = ", ".join(f"{n} x {arch}" if len(fed.architectures) > 1 else arch for arch, n in fed.architectures.items())
     local = (f"{train.optimizer}, lr {train.lr:g}" + (f", momentum {train.momentum:g}" if train.momentum else "")
+             + (f" decayed by {train.lr_decay:g} a round of the client's last training" if train.lr_decay != 1 else "")
              + f", batch {train.batch_size}, " + (f"{train.steps} step" + ("s" if train.steps > 1 else "") if train.steps else f"{train.epochs} epoch"
                                                    + ("s" if train.epochs > 1 else "")))
     split = {"iid": "iid", "dirichlet": f"Dirichlet alpha {data.alpha:g}",

@@ -65,3 +65,18 @@ def test_a_row_agrees_only_within_a_point_with_an_interval_that_holds_zero():
     assert authors.agreement({**row, "diff_mean": 1.2, "diff_ci": [-0.1, 2.5]}).startswith("open")  # over a point
     assert authors.agreement({**row, "diff_ci": [0.1, 0.7]}).startswith("open")  # the interval excludes 0
     assert authors.agreement({**row, "diff_ci": [0.1, 0.7], "cause": "lr decay"}) == "differs: lr decay"
+
+
+def test_fedrays_fedgen_runs_take_the_codes_local_lr_decay_and_the_setup_says_so():
+    import argparse
+
+    from fedray.repro import setup_rows
+
+    adapter = script("authors_fedgen")
+    paper = adapter.Paper(argparse.Namespace(methods=["fedavg", "fedgen"], scenes=["0.1"], seeds=[0, 1], rounds=3))
+    specs = paper.specs()
+    assert len(specs) == 4 and all(s["overrides"][-1] == "training.lr_decay=0.99" for s in specs)
+    config = load_config(ROOT / "configs" / "fedgen.yaml", specs[0]["overrides"])
+    assert config.training.lr_decay == 0.99 and config.federation.rounds == 3
+    local = dict((name, ours) for name, ours, _ in setup_rows(config, {}))["local training"]
+    assert local.startswith("sgd, lr 0.01 decayed by 0.99 a round of the client's last training, batch 32")
