@@ -25,6 +25,7 @@ import dataclasses
 import json
 import os
 import platform
+import re
 import sys
 import time
 from pathlib import Path
@@ -374,7 +375,8 @@ def diverged_text(runs: Iterable[dict[str, Any]], name: Callable[[dict[str, Any]
     bad = [r for r in runs if r.get("diverged")]
     if not bad:
         return ""
-    return ("Diverged, and counted at chance as their final accuracy: " + "; ".join(
-        f"{name(r)} in round {r['diverged']['round']} ({r['diverged']['why']}), {100 * r['diverged']['chance']:.1f}%"
+    return ("Runs that diverged, each counted at chance as its final accuracy: " + "; ".join(
+        f"{name(r)}, in round {r['diverged']['round']} ("
+        + re.sub(r"^round \d+: ", "", r["diverged"]["why"]) + f"), counted as {100 * r['diverged']['chance']:.1f}%"
         for r in bad) + ".")
 

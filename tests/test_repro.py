@@ -138,5 +138,5 @@ def test_a_run_that_diverged_scores_chance_and_is_named():
     assert final_value(ok) == 0.5 and final_value(bad) == 0.1  # not its last good round's 0.6
     assert diverged_text([ok], lambda r: r["method"]) == ""
     assert diverged_text([ok, bad], lambda r: r["method"]) == (
-        "Diverged, and counted at chance as their final accuracy: b in round 2 (round 2: all 10 client updates "
-        "held NaN or Inf), 10.0%.")
+        "Runs that diverged, each counted at chance as its final accuracy: b, in round 2 (all 10 client updates "
+        "held NaN or Inf), counted as 10.0%.")
