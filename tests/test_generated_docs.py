@@ -159,3 +159,20 @@ def test_each_table_of_a_file_names_its_own_commit():
     assert text.endswith("f.json ablation: 1 of 2 runs carry no commit; re-run them")
     tables = {r["method"]: r["experiment"] for r in docs.mrtf_tables(docs.load("repro_mrtf.json"))}
     assert tables["mrtf"] == tables["scaffold"] == "Fig. 7" and tables["st"] == tables["mrtf_nofb"] == "the ablation"
+
+
+def test_mrtfs_two_tables_each_at_its_commit_and_the_diverged_run_counted_at_chance():
+    """The recorded MrTF runs: Fig. 7's claims from one call, the ablation from another, each at one
+    commit, the summary saying both; the code's MrTF with feedback at alpha 0.1, seed 0 diverged in
+    round 9 and counts at chance on the page."""
+    docs = script("docs")
+    from fedray.repro import final_value
+
+    saved = docs.load("repro_mrtf.json")
+    assert docs.table_commits(docs.mrtf_tables(saved), "repro_mrtf.json") == {
+        "commit `ded2290d1`": ["the ablation"], "commit `60db2d878`": ["Fig. 7"]}
+    [bad] = [r for r in saved["results"] if r.get("diverged")]
+    assert (bad["method"], bad["split"], bad.get("seed"), bad["diverged"]["round"]) == ("mrtf_code_fb", "alpha 0.1", 0, 9)
+    assert final_value(bad) == 0.1 and [h["round"] for h in bad["history"]] == list(range(1, 9))
+    page = (ROOT / "docs" / "repro_mrtf.md").read_text()
+    assert "| 53.0 ± 24.2 (1 diverged) |" in page and "seed 0, in round 9 (all 10 client updates held NaN" in page
