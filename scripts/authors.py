@@ -182,6 +182,9 @@ def page(rows: list[dict]) -> str:
                                  "fedray - authors [95%]", "verdict", "minutes, fedray / authors"], table)
         lines += ["", "What the adapter changes when it runs the authors' code (none of it the arithmetic of "
                   "training):", ""] + [f"- {a}." for a in adapter.ADAPTATIONS]
+        if getattr(adapter, "FEDRAY_RULES", None):
+            lines += ["", "Where fedray's side takes the code's rule over the reproduction's (the paper's), by a named "
+                      "option:", ""] + [f"- {r}." for r in adapter.FEDRAY_RULES]
         lines += ["", "Not compared, and why:", ""] + [f"- {n}." for n in adapter.NOT_COMPARED]
         lines += ["", f"Minutes are run time summed over the seeds, one CPU thread a run, on {first['cpu']}.", ""]
     return "\n".join(lines)

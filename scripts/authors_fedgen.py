@@ -51,6 +51,14 @@ ADAPTATIONS = [
     "FedEnsemble: the mean logits of every user's latest local model; FedDistill: the mean accuracy of this "
     "round's users' own models, and (its primary measure, as the reproduction's) their pooled accuracy on "
     "the test samples of the labels each holds"]
+# where fedray's runs take the code's rule by a named option, beside the reproduction's specs
+FEDRAY_RULES = [
+    f"every method: `training.lr_decay: {LR_DECAY}`, each user's local lr decayed with the round of its previous "
+    "training (the code's `ExponentialLR` in `userbase.py`; the paper states no decay)",
+    "FedGen with the code's rules (`fedgen_code`): `teacher: counts_code`, the code's teacher loss as it computes it, "
+    "each user's mean cross-entropy times its mean label weight over the batch (a (B,) by (B, 1) product that "
+    "broadcasts to B x B, in `serverpFedGen.py`), with label counts from 1; the reproduction's `teacher: counts` "
+    "is the per-sample weighting that code means"]
 # what is not compared, and why
 NOT_COMPARED = [
     "FedDFusion: the authors' repository has no implementation of it",
@@ -260,11 +268,12 @@ class Paper:
         self.rounds = args.rounds or 100
 
     def specs(self) -> list[dict]:
-        """The reproduction's Table 1 runs, each with the local lr decay that the authors' code applies
-        to every method (``training.lr_decay``; the paper states none)."""
+        """The reproduction's Table 1 runs with the code's rules of ``FEDRAY_RULES``."""
         specs = [self.repro.spec("table1", m, a, s, self.rounds) for m in self.methods for a in self.scenes
                  for s in self.args.seeds]
-        return [{**s, "overrides": [*s["overrides"], f"training.lr_decay={LR_DECAY}"]} for s in specs]
+        return [{**s, "overrides": [*s["overrides"], f"training.lr_decay={LR_DECAY}",
+                                    *(["algorithm.teacher=counts_code"] if s["method"] == "fedgen_code" else [])]}
+                for s in specs]
 
     def fedray_runs(self) -> dict[tuple[str, float, int], tuple[float, float, object]]:
         """fedray's runs: (method, alpha, seed) -> (the measure, wall seconds, the run's config)."""

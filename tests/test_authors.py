@@ -73,10 +73,12 @@ def test_fedrays_fedgen_runs_take_the_codes_local_lr_decay_and_the_setup_says_so
     from fedray.repro import setup_rows
 
     adapter = script("authors_fedgen")
-    paper = adapter.Paper(argparse.Namespace(methods=["fedavg", "fedgen"], scenes=["0.1"], seeds=[0, 1], rounds=3))
+    paper = adapter.Paper(argparse.Namespace(methods=["fedavg", "fedgen_code"], scenes=["0.1"], seeds=[0, 1], rounds=3))
     specs = paper.specs()
-    assert len(specs) == 4 and all(s["overrides"][-1] == "training.lr_decay=0.99" for s in specs)
+    assert len(specs) == 4 and all("training.lr_decay=0.99" in s["overrides"] for s in specs)
     config = load_config(ROOT / "configs" / "fedgen.yaml", specs[0]["overrides"])
     assert config.training.lr_decay == 0.99 and config.federation.rounds == 3
+    code = load_config(ROOT / "configs" / "fedgen.yaml", next(s for s in specs if s["method"] == "fedgen_code")["overrides"])
+    assert code.algorithm.teacher == "counts_code" and code.algorithm.alpha == 10.0  # the rest of fedgen_code kept
     local = dict((name, ours) for name, ours, _ in setup_rows(config, {}))["local training"]
     assert local.startswith("sgd, lr 0.01 decayed by 0.99 a round of the client's last training, batch 32")

@@ -26,6 +26,8 @@ since the heads are linear, (1/K) sum_k g(z; theta_k^p) = g(z; (1/K) sum_k theta
 generator trains against the mean head. ``teacher: counts`` weighs each user's cross-entropy on
 G_w(eps, y) by its share of label y: a function of every user's head and counts, not a sum, so
 then every upload travels to the server (as with ``share: head``, whose bodies the server keeps).
+``teacher: counts_code`` is what the code computes instead of that weighting (each user's mean
+cross-entropy times its mean weight over the batch, counts from 1: ``teacher_loss``).
 """
 
 from __future__ import annotations
@@ -60,7 +62,7 @@ class FedGenParams(FedAvgParams):
     start_round: int = Field(1, ge=1)  # the first round whose users are regularised (code: 2)
     noise: Literal["gaussian", "uniform"] = "gaussian"
     labels: Literal["prior", "available"] = "prior"
-    teacher: Literal["mean_logits", "counts"] = "mean_logits"
+    teacher: Literal["mean_logits", "counts", "counts_code"] = "mean_logits"
     noise_dim: Dim = Field(32, ge=1)  # d_eps
     hidden_dim: Dim = Field(256, ge=1)  # d_h
     diversity: float = Field(1.0, ge=0)  # eta, the diversity loss's weight

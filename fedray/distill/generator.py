@@ -65,23 +65,30 @@ def head_logits(z: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor) -> to
 
 
 def teacher_loss(logits: torch.Tensor, y: torch.Tensor, counts: torch.Tensor,
-                 kind: Literal["mean_logits", "counts"]) -> torch.Tensor:
+                 kind: Literal["mean_logits", "counts", "counts_code"]) -> torch.Tensor:
     """Eq. 4's first term for the users' logits (K, N, C) on the samples of labels y (N,).
 
     ``mean_logits``: CE of the mean logits (eq. 4). ``counts``: sum_k mean_i omega_{y_i,k}
-    CE(g_k(z_i), y_i), omega_{y,k} = c_k[y] / sum_j c_j[y] from the label counts (K, C) (the code).
+    CE(g_k(z_i), y_i), omega_{y,k} = c_k[y] / sum_j c_j[y] from the label counts (K, C): the
+    weighting the authors' code means. ``counts_code``: what that code computes
+    (``serverpFedGen.py``): its per-sample CE (N,) times omega (N, 1) broadcasts to N x N, so each
+    user's term is mean_i CE_i x mean_i omega_{y_i,k}, with the counts starting at 1.
     """
     if kind == "mean_logits":
         return F.cross_entropy(logits.mean(dim=0), y)
+    counts = counts + 1 if kind == "counts_code" else counts
     share = counts / counts.sum(dim=0, keepdim=True).clamp_min(1e-12)  # (K, C)
     per_user = torch.stack([F.cross_entropy(l, y, reduction="none") for l in logits])  # (K, N)
+    if kind == "counts_code":
+        return (per_user.mean(dim=1) * share[:, y].mean(dim=1)).sum()
     return (per_user * share[:, y]).mean(dim=1).sum()
 
 
 def train_generator(gen: Generator, optimizer: torch.optim.Optimizer, weight: torch.Tensor, bias: torch.Tensor,
                     counts: torch.Tensor, steps: int, batch_size: int, rng: torch.Generator, *,
                     noise: Literal["gaussian", "uniform"] = "gaussian", labels: Literal["prior", "available"] = "prior",
-                    teacher: Literal["mean_logits", "counts"] = "mean_logits", diversity: float = 1.0) -> dict[str, float]:
+                    teacher: Literal["mean_logits", "counts", "counts_code"] = "mean_logits",
+                    diversity: float = 1.0) -> dict[str, float]:
     """``steps`` optimiser steps on eq. 4 against fixed heads (weight (K, C, d), bias (K, C)), labels
     drawn from the prior the label counts (K, C) give; noise and labels come from ``rng`` (CPU).
     Returns the last step's teacher and diversity losses and the share of that step's samples that

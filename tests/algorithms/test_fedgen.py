@@ -43,6 +43,23 @@ def test_teacher_losses_by_hand():
     assert teacher_loss(logits, y, counts, "counts").item() == pytest.approx(expected)
 
 
+def test_the_codes_teacher_loss_is_mean_ce_times_mean_weight_with_counts_from_one():
+    """The authors' code multiplies per-sample CE (N,) by weights (N, 1): the N x N product's mean is
+    each user's mean CE times its mean weight, not the mean of their products."""
+    logits = torch.tensor([[[2.0, 0.0], [0.0, 0.0]], [[0.0, 0.0], [0.0, 3.0]]])  # two users, samples of labels 0, 1
+    y = torch.tensor([0, 1])
+    counts = torch.tensor([[3.0, 0.0], [1.0, 5.0]])  # from 1: [[4, 1], [2, 6]], per label 6 and 7
+    ce = [[math.log(1 + math.exp(-2)), math.log(2)], [math.log(2), math.log(1 + math.exp(-3))]]
+    w = [[4 / 6, 1 / 7], [2 / 6, 6 / 7]]
+    code = sum((ce[k][0] + ce[k][1]) / 2 * (w[k][0] + w[k][1]) / 2 for k in range(2))
+    assert teacher_loss(logits, y, counts, "counts_code").item() == pytest.approx(code, rel=1e-6)
+    per_sample = sum((ce[k][0] * w[k][0] + ce[k][1] * w[k][1]) / 2 for k in range(2))
+    assert abs(code - per_sample) > 0.05  # the broadcast is not the weighting it stands for
+    # the code's own numbers, from the digest's check: CE [1, 2, 3] and weights [.1, .5, .9] give 1.0
+    torch_ce, omega = torch.tensor([1.0, 2.0, 3.0]), torch.tensor([[0.1], [0.5], [0.9]])
+    assert (torch_ce * omega).mean().item() == pytest.approx(torch_ce.mean().item() * omega.mean().item())
+
+
 def test_label_and_noise_draws():
     rng = torch.Generator().manual_seed(0)
     prior = torch.tensor([0.0, 0.9, 0.1], dtype=torch.float64)
@@ -55,7 +72,7 @@ def test_label_and_noise_draws():
     assert abs(float(draw_noise(4000, 4, "gaussian", rng).std()) - 1) < 0.03
 
 
-@pytest.mark.parametrize("teacher", ["mean_logits", "counts"])
+@pytest.mark.parametrize("teacher", ["mean_logits", "counts", "counts_code"])
 def test_generator_learns_to_produce_what_the_heads_call_its_label(teacher):
     """Three fixed random heads (10 classes, d = 16): after training, the heads' mean logits label
     the generator's samples as their conditioning label far above chance (0.1)."""
