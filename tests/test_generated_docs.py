@@ -176,3 +176,16 @@ def test_mrtfs_two_tables_each_at_its_commit_and_the_diverged_run_counted_at_cha
     assert final_value(bad) == 0.1 and [h["round"] for h in bad["history"]] == list(range(1, 9))
     page = (ROOT / "docs" / "repro_mrtf.md").read_text()
     assert "| 53.0 ± 24.2 (1 diverged) |" in page and "seed 0, in round 9 (all 10 client updates held NaN" in page
+
+
+def test_fedgens_table_1_and_its_rules_each_at_one_commit():
+    """FedGen's Table 1 holds only the claims' methods (one call at 5a51bc5); the code's rules one at a
+    time are their own table (``rules``, one call at eb54c53), each variant paired with the same call's
+    FedGen and FedAvg."""
+    docs, repro = script("docs"), script("repro_fedgen")
+    saved = docs.load("repro_fedgen.json")
+    texts = docs.table_commits(saved["results"], "repro_fedgen.json")
+    assert texts["commit `5a51bc52f`"] == ["table1"] and texts["commit `eb54c53b0`"] == ["rules"]
+    assert {r["method"] for r in saved["results"] if r["experiment"] == "table1"} == set(repro.TABLE1)
+    rules = [r for r in saved["results"] if r["experiment"] == "rules"]
+    assert {r["method"] for r in rules} == set(repro.RULES) and len(rules) == len(repro.RULES) * 3 * 3
