@@ -27,7 +27,7 @@ from pathlib import Path
 import ray
 import torch
 
-from fedray.config import build_config
+from fedray.config import ConfigError, build_config
 from fedray.runner import RunFailed, run_experiment
 
 BASE = {
@@ -56,8 +56,8 @@ def run(cfg) -> dict:
 def failure(cfg) -> str:
     try:
         run(cfg)
-    except RunFailed as err:
-        return str(err)
+    except (RunFailed, ConfigError) as err:  # a run that fails, or a config refused before it starts
+        return f"{type(err).__name__}: {err}"
     return "no failure"
 
 
