@@ -49,6 +49,7 @@ PAGES = {
     "repro_mrtf_demo.md": ("repro_mrtf", "demo_page", "repro_mrtf_demo.json"),
     "repro_mrtf.md": ("repro_mrtf", "compare_page", "repro_mrtf.json"),
     "repro_fedgen.md": ("repro_fedgen", "page", "repro_fedgen.json"),
+    "authors.md": ("authors", "page", "authors.json"),  # fedray beside the authors' code (issue 50)
 }
 SUMMARY = "reproductions.md"
 SUMMARY_START, SUMMARY_END = "<!-- summary:start (scripts/docs.py --write) -->", "<!-- summary:end -->"
