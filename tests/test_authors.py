@@ -82,3 +82,22 @@ def test_fedrays_fedgen_runs_take_the_codes_local_lr_decay_and_the_setup_says_so
     assert code.algorithm.teacher == "counts_code" and code.algorithm.alpha == 10.0  # the rest of fedgen_code kept
     local = dict((name, ours) for name, ours, _ in setup_rows(config, {}))["local training"]
     assert local.startswith("sgd, lr 0.01 decayed by 0.99 a round of the client's last training, batch 32")
+
+
+def test_the_page_counts_the_verdicts_and_names_the_settings_that_differ_by_method():
+    authors = script("authors")
+    base = {"paper": "FedGen", "authors_method": "FedAvg", "scene": "alpha 0.1", "measure": "top-5 mean",
+            "authors_repo": "zhuangdizhu/FedGen", "authors_commit": "dd5807c5625404e9", "authors_dirty": False,
+            "fedray_commit": "80a9260aaaaaaaaa", "fedray_dirty": False, "seeds": [0, 1], "fedray": [80.0, 82.0],
+            "authors": [79.0, 81.5], "diff_mean": 0.75, "diff_ci": [-2.4, 3.9], "fedray_s": 120.0,
+            "authors_s": 180.0, "setup": {"rounds": "100", "local training": "20 steps"}, "cause": "",
+            "cpu": "AMD EPYC"}
+    rows = [{**base, "method": "fedavg"},
+            {**base, "method": "fedgen", "authors_method": "FedGen", "diff_mean": 3.0, "diff_ci": [2.0, 4.0],
+             "setup": {"rounds": "100", "local training": "20 steps, generator 2 steps"}}]
+    text = authors.page(rows)
+    assert "**1 of 2 rows agree; 0 differ with a cause written down; 1 differ with no cause found.**" in text
+    assert "| rounds | 100 |" in text  # one value for every method: said once
+    assert "| local training | 20 steps (fedavg); 20 steps, generator 2 steps (fedgen) |" in text
+    assert "| fedgen | FedGen | alpha 0.1 | 81.00 | 80.25 | +3.00 [+2.00, +4.00] | open: no cause found yet | 2.0 / 3.0 |" in text
+    assert "`zhuangdizhu/FedGen` at commit `dd5807c56`; fedray at commit `80a9260aa`." in text
