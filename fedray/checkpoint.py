@@ -27,6 +27,7 @@ before a resume starts; the next checkpoint of the resumed run replaces them wit
 
 from __future__ import annotations
 
+import glob
 import json
 import os
 from pathlib import Path
@@ -72,6 +73,10 @@ def write_checkpoint(path: Path, state: dict[str, Any], config: Optional[dict[st
     legacy = path.with_name(LEGACY_CHECKPOINT)
     if path.name == CHECKPOINT and legacy.exists():  # an earlier version's, of an earlier round
         legacy.unlink()
+    # a writer killed mid-write leaves its temporary file (CFL's reach gigabytes); the run folder's
+    # lock (fedray.rundir) lets one process write at a time, so any other one is a dead writer's
+    for stale in path.parent.glob(f"{glob.escape(path.name)}.*.tmp"):
+        stale.unlink(missing_ok=True)
 
 
 def _recorded(header: dict[str, Any], body_sha256: str) -> str:

@@ -39,6 +39,16 @@ def test_the_state_and_its_round_come_back(saved):
     assert saved.read_bytes().startswith(MAGIC) and [p.name for p in saved.parent.iterdir()] == [CHECKPOINT]
 
 
+def test_a_killed_writers_temporary_file_goes_with_the_next_checkpoint(tmp_path):
+    stale = tmp_path / f"{CHECKPOINT}.4242.tmp"  # what a writer killed mid-write leaves
+    stale.write_bytes(MAGIC + b"half")
+    other = tmp_path / "cache.fedray.4242.tmp"  # another file's: not the checkpoint's to remove
+    other.write_bytes(b"x")
+    write_checkpoint(tmp_path / CHECKPOINT, STATE, CONFIG)
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted([CHECKPOINT, other.name])
+    assert read_checkpoint(tmp_path / CHECKPOINT, CONFIG)["round"] == 7
+
+
 @pytest.mark.parametrize("cut", [1, 10, 100])
 def test_a_truncated_checkpoint_is_refused(saved, cut):
     data = saved.read_bytes()
