@@ -118,3 +118,42 @@ def test_a_cpu_head_and_gpu_workers():
     # fedray plans its actors on the nodes alive at the start of a run: `ray up` must start them all
     assert all(t["min_workers"] == t["max_workers"] >= 1 for t in workers.values())
     assert sum(t["min_workers"] for t in workers.values()) == config["max_workers"]
+
+
+def rehearsal_config():
+    import sys
+    sys.path.insert(0, str(CLUSTER_YAML.parent))
+    from rehearse import cluster_config
+    return cluster_config(Path("/rehearsal/key"), Path("/project/.venv"))
+
+
+def test_the_rehearsal_runs_this_file_with_only_what_the_local_provider_changes():
+    """scripts/cluster/rehearse.py derives its cluster from this file: Ray accepts the result, and
+    every command it does not list as changed is the file's own, in the file's order."""
+    original = load()
+    config, changes = rehearsal_config()
+    prepared = check(config)
+    assert prepared["provider"] == {"type": "local", "head_ip": "10.213.7.11",
+                                    "worker_ips": ["10.213.7.12", "10.213.7.13"]}
+    assert config["file_mounts"] == original["file_mounts"] and config["rsync_filter"] == original["rsync_filter"]
+    changed = " ".join(where for where, _, _ in changes)
+    kept = [c for c in original["setup_commands"] if c[:40] not in changed]
+    assert kept and [c for c in config["setup_commands"] if c in original["setup_commands"]] == kept
+    assert not any(c.startswith(("sudo apt-get", "pip install")) for c in config["setup_commands"])
+    for kind in ("head_start_ray_commands", "worker_start_ray_commands"):  # the same commands, flags added
+        assert len(config[kind]) == len(original[kind])
+        for new, old in zip(config[kind], original[kind]):
+            assert new.startswith(old)
+            assert new == old or "--node-ip-address=$RAY_NODE_IP" in new[len(old):]
+    assert "RAY_AUTH_MODE=token" in config["head_start_ray_commands"][1]
+    assert "--dashboard-host=127.0.0.1" in config["head_start_ray_commands"][1]
+    assert all(why for _, _, why in changes)  # each change says why (docs/cluster.md lists them)
+
+
+def test_a_setup_command_the_rehearsal_does_not_know_fails_it_loudly(monkeypatch):
+    import rehearse
+    original = load()
+    original["setup_commands"] = [c for c in original["setup_commands"] if not c.startswith("pip install")]
+    monkeypatch.setattr(rehearse.yaml, "safe_load", lambda text: original)
+    with pytest.raises(SystemExit, match="no setup command starts with .'pip install'"):
+        rehearsal_config()

@@ -18,18 +18,19 @@ import time
 from pathlib import Path
 
 
-def config(rounds: int, clients: int) -> dict:
+def config(rounds: int, clients: int, fold: bool = True) -> dict:
     """A FedAvg run on Fashion-MNIST that spreads over the workers (one one-CPU actor on each) and
     runs long enough (each round ends with a checkpoint) for a host to be lost in its middle."""
     return {"name": "rehearsal", "seed": 0, "checkpoint_every": 1,
-            "data": {"dataset": "fashion_mnist", "partition": "dirichlet", "alpha": 1.0, "train_limit": 400 * clients,
+            "data": {"dataset": "fashion_mnist", "partition": "dirichlet", "alpha": 1.0,
+                     "train_limit": min(400 * clients, 60000),
                      "test_limit": 1000},
             "federation": {"num_clients": clients, "clients_per_round": clients, "rounds": rounds,
                            "architectures": {"mlp": clients}},
             "training": {"lr": 0.05, "batch_size": 16, "epochs": 1},
             "algorithm": {"name": "fedavg"},
             "runtime": {"backend": "ray", "address": "auto", "actor_cpus": 1.0, "clients_per_actor": "auto",
-                        "torch_threads": 1}}
+                        "torch_threads": 1, "fold": fold}}
 
 
 def fingerprint(models: dict) -> str:
@@ -66,13 +67,14 @@ def main() -> None:
     parser.add_argument("--run-dir", type=Path, required=True)
     parser.add_argument("--rounds", type=int, default=8)
     parser.add_argument("--clients", type=int, default=8)
+    parser.add_argument("--no-fold", dest="fold", action="store_false", help="every update travels to the server")
     parser.add_argument("--wait", type=float, default=120, help="seconds to wait for the nodes")
     args = parser.parse_args()
     nodes = wait_for_nodes(args.nodes, args.wait)
     import fedray
 
     run_dir = args.run_dir.expanduser()
-    result = fedray.run(config(args.rounds, args.clients), run_dir=run_dir, progress=False)
+    result = fedray.run(config(args.rounds, args.clients, args.fold), run_dir=run_dir, progress=False)
     summary = json.loads((run_dir / "result.json").read_text())
     print(json.dumps({"nodes": nodes, "run_dir": str(run_dir), "host": os.uname().nodename,
                       "actors_per_node": summary["executor"]["actors_per_node"],

@@ -375,6 +375,10 @@ def stop_here() -> None:
     this runs in (its ancestors). Other namespaces' processes, the machine's own Ray among them,
     are not touched."""
     mine = os.stat("/proc/self/ns/net").st_ino
+    named = [p.name for p in Path("/run/netns").glob("*-*") if p.name.rsplit("-", 1)[1] in HOSTS
+             and os.stat(p).st_ino == mine] if Path("/run/netns").is_dir() else []
+    if not named:  # never the machine's own processes
+        raise SystemExit("stop-here stops a rehearsal host's processes: this is not in one of its namespaces")
     keep, pid = set(), os.getpid()
     while pid > 1:
         keep.add(pid)
@@ -502,36 +506,14 @@ def rehearse(args) -> dict:
                 raise Failed(f"ray up exited with {rc}: {out[-1500:]}")
 
         if "run" in args.only:
-            run_dir = "~/runs/rehearsal"
-            head_run = hosts.home("head") / "runs" / "rehearsal"
-            sampler = Sampler(hosts)
             with clock.step("ray submit, w2 lost mid-run") as entry:
-                sampler.start()
-                job = hosts.on("user", [ray_, "submit", str(cfg_path), str(HERE / "rehearsal_job.py"), "--nodes",
-                                        str(1 + len(WORKERS)), "--run-dir", run_dir, "--rounds", str(args.rounds)],
-                               background=True, log=logs / "ray-submit.log")
-                lost = wait_and_lose(hosts, job, head_run, args.lose_after, timeout=300)
-                entry.update(lost)
-                sampler.halt.set()
-                out = (logs / "ray-submit.log").read_text(errors="replace")
-                if job.returncode != 0:
-                    raise Failed(f"ray submit exited with {job.returncode}: {out[-2000:]}")
-                lines = [ln for ln in out.splitlines() if ln.startswith("{") and '"sha256"' in ln]
-                if not lines:
-                    raise Failed(f"ray submit printed no result: {out[-2000:]}")
-                cluster_run = json.loads(lines[-1])
-                entry["result"] = cluster_run
-                if lost.get("lost_at_round") is None:
+                run = submitted_run(hosts, ray_, cfg_path, logs, "rehearsal", args.rounds, args.clients,
+                                    lose_after=args.lose_after)
+                entry.update({k: v for k, v in run.items() if k not in ("events", "wire")})
+                if run.get("lost_at_round") is None:
                     raise Failed("the run ended before w2 could be lost")
-
-            with clock.step("ray rsync-down, TensorBoard read on user") as entry:
-                local_copy = hosts.home("user") / "runs"
-                local_copy.mkdir(parents=True)
-                rc, out = hosts.on("user", [ray_, "rsync-down", str(cfg_path), run_dir, str(local_copy) + "/"],
-                                   timeout=120, log=logs / "rsync-down.log")
-                if rc != 0:
-                    raise Failed(f"ray rsync-down exited with {rc}: {out[-1000:]}")
-                events = read_events(local_copy / "rehearsal")
+            events = run["events"]
+            with clock.step("TensorBoard files, copied by ray rsync-down, read on user") as entry:
                 entry.update(events["summary"])
                 if events["summary"]["rounds"] != args.rounds:
                     raise Failed(f"the copied event files hold {events['summary']['rounds']} rounds, not {args.rounds}")
@@ -544,20 +526,22 @@ def rehearse(args) -> dict:
                     raise Failed(f"no client actor on {[ip for ip, yes in on.items() if not yes]}: {placed}")
 
             with clock.step("bit for bit the local backend's run") as entry:
-                rc, out = hosts.on("user", [str(venv / "bin" / "python"), str(HERE / "rehearse.py"), "local-reference",
-                                            "--rounds", str(args.rounds)], timeout=240, log=logs / "reference.log")
-                lines = [ln for ln in out.splitlines() if ln.startswith("{")]
-                if rc != 0 or not lines:
-                    raise Failed(f"the local reference run failed ({rc}): {out[-1500:]}")
-                reference = json.loads(lines[-1])
-                entry["local_sha256"], entry["cluster_sha256"] = reference["sha256"], cluster_run["sha256"]
+                reference = local_run(hosts, venv, logs, args.rounds, args.clients)
+                entry["local_sha256"], entry["cluster_sha256"] = reference["sha256"], run["result"]["sha256"]
                 entry["faults"] = events["faults"]
-                if reference["sha256"] != cluster_run["sha256"]:
+                if reference["sha256"] != run["result"]["sha256"]:
                     raise Failed("the run that lost w2 ends elsewhere than the local backend's run")
                 if not any(hosts.ip["w2"] in f for f in events["faults"]):
                     raise Failed(f"runtime/faults does not name w2 ({hosts.ip['w2']}): {events['faults']}")
+            report["wire"] = {"rehearsal": run["wire"]}
 
-            report["wire"] = wire(sampler, events["round_times"], events["comm"])
+        for clients in args.measure:  # the bytes on the wire, for docs/performance.md
+            for fold in (True, False):
+                name = f"wire-{clients}-{'fold' if fold else 'nofold'}"
+                with clock.step(f"ray submit: {clients} clients a round, fold {fold}") as entry:
+                    run = submitted_run(hosts, ray_, cfg_path, logs, name, args.measure_rounds, clients, fold=fold)
+                    report.setdefault("wire", {})[name] = run["wire"]
+                    entry["rounds"] = run["events"]["summary"]["rounds"]
 
         if "job" in args.only:
             with clock.step("ray dashboard + ray job submit --working-dir examples") as entry:
@@ -575,13 +559,14 @@ def rehearse(args) -> dict:
             # workers' instances; ray-project/ray#17022, #43232): as on any on-premise cluster, each
             # worker's Ray is stopped over ssh, with the same `ray stop` the launcher runs on the head.
             entry["workers_before_ray_stop"] = {w: len(hosts.processes(w)) for w in WORKERS}
-            for w in WORKERS:
-                rc, out = hosts.on("user", ["ssh", "-i", str(args.base / "key"), "-o", "StrictHostKeyChecking=no",
-                                            "-o", "UserKnownHostsFile=/dev/null", "-o", "BatchMode=yes",
-                                            f"root@{hosts.ip[w]}", "bash --login -c 'source ~/.bashrc; ray stop'"],
-                                   timeout=60, log=logs / f"ray-stop-{w}.log")
-                if rc != 0:
-                    raise Failed(f"ray stop on {w} exited with {rc}: {out[-500:]}")
+            stops = {w: hosts.on("user", ["ssh", "-i", str(args.base / "key"), "-o", "StrictHostKeyChecking=no",
+                                          "-o", "UserKnownHostsFile=/dev/null", "-o", "BatchMode=yes",
+                                          f"root@{hosts.ip[w]}", "bash --login -c 'source ~/.bashrc; ray stop'"],
+                                 background=True, log=logs / f"ray-stop-{w}.log") for w in WORKERS}
+            for w, stop in stops.items():
+                if stop.wait(timeout=60) != 0:
+                    raise Failed(f"ray stop on {w} exited with {stop.returncode}: "
+                                 f"{(logs / f'ray-stop-{w}.log').read_text()[-500:]}")
             entry.update(wait_for_stop(hosts, timeout=20))
     except Failed as err:
         report["failed"] = str(err)
@@ -610,7 +595,51 @@ def rehearse(args) -> dict:
     return report
 
 
-def wait_and_lose(hosts: Hosts, job, run_dir: Path, after: int, timeout: float) -> dict:
+def submitted_run(hosts: Hosts, ray_: str, cfg_path: Path, logs: Path, name: str, rounds: int, clients: int,
+                  fold: bool = True, lose_after: int | None = None) -> dict:
+    """``ray submit`` of rehearsal_job.py (w2 lost after round ``lose_after``'s checkpoint where given),
+    each host's interface counters read meanwhile; then ``ray rsync-down`` of its run folder to user,
+    whose TensorBoard files are read there. Returns the job's result, the events and the wire rows."""
+    run_dir, sampler = f"~/runs/{name}", Sampler(hosts)
+    sampler.start()
+    try:
+        job = hosts.on("user", [ray_, "submit", str(cfg_path), str(HERE / "rehearsal_job.py"), "--nodes",
+                                str(1 + len(WORKERS)), "--run-dir", run_dir, "--rounds", str(rounds), "--clients",
+                                str(clients), *([] if fold else ["--no-fold"])],
+                       background=True, log=logs / f"ray-submit-{name}.log")
+        out = wait_and_lose(hosts, job, hosts.home("head") / "runs" / name, lose_after, timeout=300)
+    finally:
+        sampler.halt.set()
+    text = (logs / f"ray-submit-{name}.log").read_text(errors="replace")
+    if job.returncode != 0:
+        raise Failed(f"ray submit exited with {job.returncode}: {text[-2000:]}")
+    lines = [ln for ln in text.splitlines() if ln.startswith("{") and '"sha256"' in ln]
+    if not lines:
+        raise Failed(f"ray submit printed no result: {text[-2000:]}")
+    out["result"] = json.loads(lines[-1])
+    local_copy = hosts.home("user") / "runs"
+    local_copy.mkdir(parents=True, exist_ok=True)
+    rc, text = hosts.on("user", [ray_, "rsync-down", str(cfg_path), run_dir, str(local_copy) + "/"], timeout=120,
+                        log=logs / f"rsync-down-{name}.log")
+    if rc != 0:
+        raise Failed(f"ray rsync-down exited with {rc}: {text[-1000:]}")
+    out["events"] = read_events(local_copy / name)
+    out["wire"] = wire(sampler, out["events"]["round_times"], out["events"]["comm"])
+    return out
+
+
+def local_run(hosts: Hosts, venv: Path, logs: Path, rounds: int, clients: int) -> dict:
+    """The submitted run's config on the local backend, on user: its model's SHA-256."""
+    rc, out = hosts.on("user", [str(venv / "bin" / "python"), str(HERE / "rehearse.py"), "local-reference",
+                                "--rounds", str(rounds), "--clients", str(clients)], timeout=240,
+                       log=logs / "reference.log")
+    lines = [ln for ln in out.splitlines() if ln.startswith("{")]
+    if rc != 0 or not lines:
+        raise Failed(f"the local reference run failed ({rc}): {out[-1500:]}")
+    return json.loads(lines[-1])
+
+
+def wait_and_lose(hosts: Hosts, job, run_dir: Path, after: int | None, timeout: float) -> dict:
     """Wait for the run's ``after``-th checkpoint, then kill every process on w2 (its sshd aside, so
     the host stays a machine one could log into); then wait for the job to end."""
     from fedray.checkpoint import CheckpointError, read_header
@@ -621,7 +650,7 @@ def wait_and_lose(hosts: Hosts, job, run_dir: Path, after: int, timeout: float) 
         if time.time() > deadline:
             os.killpg(job.pid, signal.SIGKILL)
             raise Failed(f"ray submit did not end within {timeout:.0f} s")
-        if out["lost_at_round"] is None and (run_dir / "checkpoint.fedray").exists():
+        if after is not None and out["lost_at_round"] is None and (run_dir / "checkpoint.fedray").exists():
             try:
                 r = read_header(run_dir / "checkpoint.fedray")["round"]
             except CheckpointError:  # replaced while read
@@ -748,11 +777,16 @@ def main() -> None:
     parser.add_argument("--only", nargs="+", default=["run", "job"], choices=["run", "job"],
                         help="the steps between `ray up` and `ray down`: the submitted run, the job")
     parser.add_argument("--hold", type=int, default=0, help="before cleaning up, keep the hosts up this long (or until BASE/hold is removed)")
+    parser.add_argument("--measure", type=int, nargs="*", default=[],
+                        help="also run these numbers of clients a round, folded and not, for the bytes on the wire")
+    parser.add_argument("--measure-rounds", type=int, default=5)
     parser.add_argument("--timeout", type=int, default=900, help="give up (and clean up) after this many seconds")
     args = parser.parse_args()
     if args.command == "local-reference":
         return local_reference(args)
     preflight()
+    if Path("/tmp") in args.base.resolve().parents:
+        raise SystemExit(f"--base {args.base}: not under /tmp, which each host replaces with its own")
 
     def stop(signum, frame):
         raise KeyboardInterrupt(f"signal {signum}")
