@@ -21,7 +21,9 @@ file's own, token authentication and the dashboard on the head's loopback includ
 
 Steps (each timed, its outcome in the JSON report):
   1. ``ray up`` brings the head and both workers up;
-  2. ``ray submit`` runs ``rehearsal_job.py`` on the head: a FedAvg run over the cluster;
+  2. ``ray submit CLUSTER fedray/cli.py -- run ...`` (docs/cluster.md's command) runs
+     ``rehearsal.yaml`` on the head once the workers are up (``ray exec CLUSTER 'ray status'``): a
+     FedAvg run over the cluster;
   3. its client actors are spread over the worker hosts;
   4. ``w2``'s processes are killed after the run's second checkpoint: the run goes on, its clients
      on the hosts left, and ends bit for bit where the same config ends on the local backend;
@@ -42,8 +44,10 @@ hosts (not root, no ``ip netns``, no sshd or rsync), with the reason.
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import os
+import re
 import shlex
 import shutil
 import signal
@@ -54,6 +58,7 @@ import time
 from contextlib import contextmanager
 from pathlib import Path
 
+import numpy as np
 import yaml
 
 HERE = Path(__file__).resolve().parent
@@ -509,7 +514,8 @@ def rehearse(args) -> dict:
             with clock.step("ray submit, w2 lost mid-run") as entry:
                 run = submitted_run(hosts, ray_, cfg_path, logs, "rehearsal", args.rounds, args.clients,
                                     lose_after=args.lose_after)
-                entry.update({k: v for k, v in run.items() if k not in ("events", "wire")})
+                entry.update({k: v for k, v in run.items() if k not in ("events", "wire", "result")})
+                entry["final"], entry["executor"] = run["result"]["final"], run["result"]["executor"]
                 if run.get("lost_at_round") is None:
                     raise Failed("the run ended before w2 could be lost")
             events = run["events"]
@@ -526,10 +532,10 @@ def rehearse(args) -> dict:
                     raise Failed(f"no client actor on {[ip for ip, yes in on.items() if not yes]}: {placed}")
 
             with clock.step("bit for bit the local backend's run") as entry:
-                reference = local_run(hosts, venv, logs, args.rounds, args.clients)
-                entry["local_sha256"], entry["cluster_sha256"] = reference["sha256"], run["result"]["sha256"]
+                entry["local_sha256"], entry["cluster_sha256"] = local_run(hosts, venv, logs, args.rounds,
+                                                                           args.clients), run["sha256"]
                 entry["faults"] = events["faults"]
-                if reference["sha256"] != run["result"]["sha256"]:
+                if entry["local_sha256"] != entry["cluster_sha256"]:
                     raise Failed("the run that lost w2 ends elsewhere than the local backend's run")
                 if not any(hosts.ip["w2"] in f for f in events["faults"]):
                     raise Failed(f"runtime/faults does not name w2 ({hosts.ip['w2']}): {events['faults']}")
@@ -547,6 +553,7 @@ def rehearse(args) -> dict:
             with clock.step("ray dashboard + ray job submit --working-dir examples") as entry:
                 entry.update(job_submit(hosts, ray_, cfg_path, logs))
 
+        hold(args)
         with clock.step("ray down") as entry:
             rc, out = hosts.on("user", [ray_, "down", "-y", str(cfg_path)], timeout=120, log=logs / "ray-down.log")
             entry["output"] = out[-2000:]
@@ -571,13 +578,8 @@ def rehearse(args) -> dict:
     except Failed as err:
         report["failed"] = str(err)
     finally:
-        if args.hold and logs.exists():  # the hosts stay up for a look (``ray exec``) until this file goes
-            hold = args.base / "hold"
-            hold.touch()
-            print(f"holding for up to {args.hold} s: rm {hold} to go on", file=sys.stderr, flush=True)
-            deadline = time.time() + args.hold
-            while hold.exists() and time.time() < deadline:
-                time.sleep(1)
+        if logs.exists() and "ray down" not in [s["step"] for s in clock.steps]:
+            hold(args)
         if args.keep_logs and logs.exists():
             shutil.rmtree(args.keep_logs, ignore_errors=True)
             shutil.copytree(logs, args.keep_logs)
@@ -595,48 +597,97 @@ def rehearse(args) -> dict:
     return report
 
 
+def hold(args) -> None:
+    """With ``--hold``, keep the hosts up for a look (``ray exec``, ``ray attach`` from user) until
+    BASE/hold is removed or ``--hold`` seconds pass."""
+    if args.hold:
+        marker = args.base / "hold"
+        marker.touch()
+        print(f"holding for up to {args.hold} s: rm {marker} to go on", file=sys.stderr, flush=True)
+        deadline = time.time() + args.hold
+        while marker.exists() and time.time() < deadline:
+            time.sleep(1)
+
+
+def overrides(rounds: int, clients: int, fold: bool) -> list[str]:
+    """rehearsal.yaml's keys for ``clients`` clients a round (400 images each) and ``rounds`` rounds.
+    `ray submit` hands its script's arguments to the head's shell unquoted: none has a space or brace."""
+    return [f"federation.rounds={rounds}", f"federation.num_clients={clients}",
+            f"federation.clients_per_round={clients}", f"federation.architectures.mlp={clients}",
+            f"data.train_limit={min(400 * clients, 60000)}", f"runtime.fold={str(fold).lower()}"]
+
+
+def wait_for_workers(hosts: Hosts, ray_: str, cfg_path: Path, logs: Path, timeout: float = 120) -> int:
+    """Poll ``ray exec CLUSTER 'ray status'`` until the head and both workers are active; their number.
+    fedray plans its actors over the nodes up when a run starts (docs/cluster.md), as one does before
+    submitting a run."""
+    deadline = time.time() + timeout
+    while True:
+        rc, out = hosts.on("user", [ray_, "exec", str(cfg_path), "ray status"], timeout=60)
+        active = re.search(r"Active:\s*\n\s*(\d+) ", out)
+        if rc == 0 and active and int(active[1]) >= 1 + len(WORKERS):
+            return int(active[1])
+        if time.time() > deadline:
+            raise Failed(f"the workers did not come up within {timeout:.0f} s: {out[-1500:]}")
+        time.sleep(2)
+
+
 def submitted_run(hosts: Hosts, ray_: str, cfg_path: Path, logs: Path, name: str, rounds: int, clients: int,
                   fold: bool = True, lose_after: int | None = None) -> dict:
-    """``ray submit`` of rehearsal_job.py (w2 lost after round ``lose_after``'s checkpoint where given),
-    each host's interface counters read meanwhile; then ``ray rsync-down`` of its run folder to user,
-    whose TensorBoard files are read there. Returns the job's result, the events and the wire rows."""
+    """``ray submit CLUSTER fedray/cli.py -- run`` of rehearsal.yaml (docs/cluster.md's command), w2 lost
+    after round ``lose_after``'s checkpoint where given, each host's interface counters read
+    meanwhile; then ``ray rsync-down`` of its run folder to user, whose files are read there. Returns
+    the run's result.json, final model fingerprint, events and wire rows."""
+    out = {"active_nodes": wait_for_workers(hosts, ray_, cfg_path, logs)}
     run_dir, sampler = f"~/runs/{name}", Sampler(hosts)
     sampler.start()
     try:
-        job = hosts.on("user", [ray_, "submit", str(cfg_path), str(HERE / "rehearsal_job.py"), "--nodes",
-                                str(1 + len(WORKERS)), "--run-dir", run_dir, "--rounds", str(rounds), "--clients",
-                                str(clients), *([] if fold else ["--no-fold"])],
+        job = hosts.on("user", [ray_, "submit", str(cfg_path), str(ROOT / "fedray" / "cli.py"), "--", "run",
+                                "~/fedray-repo/scripts/cluster/rehearsal.yaml", "--no-progress", "--run-dir", run_dir,
+                                "runtime.address=auto", *overrides(rounds, clients, fold)],
                        background=True, log=logs / f"ray-submit-{name}.log")
-        out = wait_and_lose(hosts, job, hosts.home("head") / "runs" / name, lose_after, timeout=300)
+        out.update(wait_and_lose(hosts, job, hosts.home("head") / "runs" / name, lose_after, timeout=300))
     finally:
         sampler.halt.set()
     text = (logs / f"ray-submit-{name}.log").read_text(errors="replace")
     if job.returncode != 0:
         raise Failed(f"ray submit exited with {job.returncode}: {text[-2000:]}")
-    lines = [ln for ln in text.splitlines() if ln.startswith("{") and '"sha256"' in ln]
-    if not lines:
-        raise Failed(f"ray submit printed no result: {text[-2000:]}")
-    out["result"] = json.loads(lines[-1])
     local_copy = hosts.home("user") / "runs"
     local_copy.mkdir(parents=True, exist_ok=True)
     rc, text = hosts.on("user", [ray_, "rsync-down", str(cfg_path), run_dir, str(local_copy) + "/"], timeout=120,
                         log=logs / f"rsync-down-{name}.log")
     if rc != 0:
         raise Failed(f"ray rsync-down exited with {rc}: {text[-1000:]}")
+    out["result"] = json.loads((local_copy / name / "result.json").read_text())
+    out["sha256"] = fingerprint(local_copy / name)
     out["events"] = read_events(local_copy / name)
     out["wire"] = wire(sampler, out["events"]["round_times"], out["events"]["comm"])
     return out
 
 
-def local_run(hosts: Hosts, venv: Path, logs: Path, rounds: int, clients: int) -> dict:
-    """The submitted run's config on the local backend, on user: its model's SHA-256."""
-    rc, out = hosts.on("user", [str(venv / "bin" / "python"), str(HERE / "rehearse.py"), "local-reference",
-                                "--rounds", str(rounds), "--clients", str(clients)], timeout=240,
-                       log=logs / "reference.log")
-    lines = [ln for ln in out.splitlines() if ln.startswith("{")]
-    if rc != 0 or not lines:
+def fingerprint(run_dir: Path) -> str:
+    """SHA-256 over the final checkpoint's global models (every array, in name order)."""
+    from fedray.checkpoint import CHECKPOINT, read_checkpoint
+
+    models = read_checkpoint(run_dir / CHECKPOINT)["strategy"]["models"]
+    digest = hashlib.sha256()
+    for arch in sorted(models):
+        for key in sorted(models[arch]):
+            digest.update(f"{arch}/{key}".encode())
+            digest.update(np.ascontiguousarray(models[arch][key]).tobytes())
+    return digest.hexdigest()
+
+
+def local_run(hosts: Hosts, venv: Path, logs: Path, rounds: int, clients: int) -> str:
+    """rehearsal.yaml on the local backend, on user (one process, no Ray): its fingerprint."""
+    run_dir = hosts.home("user") / "runs" / "local-reference"
+    rc, out = hosts.on("user", [str(venv / "bin" / "python"), "-m", "fedray.cli", "run",
+                                str(HERE / "rehearsal.yaml"), "--no-progress", "--run-dir", str(run_dir),
+                                "runtime.backend=local", *overrides(rounds, clients, True)], timeout=240,
+                       log=logs / "local-reference.log")
+    if rc != 0:
         raise Failed(f"the local reference run failed ({rc}): {out[-1500:]}")
-    return json.loads(lines[-1])
+    return fingerprint(run_dir)
 
 
 def wait_and_lose(hosts: Hosts, job, run_dir: Path, after: int | None, timeout: float) -> dict:
@@ -745,26 +796,10 @@ def wait_for_stop(hosts: Hosts, timeout: float) -> dict:
     return {"left": left}
 
 
-def local_reference(args) -> None:
-    """The submitted run's config on the local backend (one process, no Ray): the model's SHA-256."""
-    sys.path.insert(0, str(HERE))
-    import tempfile
-
-    import fedray
-    from rehearsal_job import config, fingerprint
-
-    cfg = config(args.rounds, args.clients)
-    cfg["runtime"] = {**cfg["runtime"], "backend": "local", "address": None}
-    with tempfile.TemporaryDirectory() as tmp:
-        result = fedray.run(cfg, run_dir=Path(tmp) / "run", progress=False)
-        print(json.dumps({"sha256": fingerprint(result.models()), "final": result.final}))
-
-
 def main() -> None:
     if sys.argv[1:2] == ["stop-here"]:
         return stop_here()
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("command", nargs="?", default="run", choices=["run", "local-reference"])
     parser.add_argument("--json", type=Path, help="write the report here")
     parser.add_argument("--keep-logs", type=Path, help="copy the launcher's logs here before cleaning up")
     parser.add_argument("--base", type=Path, default=Path("/var/tmp/fedray-rehearsal"),
@@ -774,7 +809,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=8)
     parser.add_argument("--clients", type=int, default=8)
     parser.add_argument("--lose-after", type=int, default=2, help="lose w2 after this round's checkpoint")
-    parser.add_argument("--only", nargs="+", default=["run", "job"], choices=["run", "job"],
+    parser.add_argument("--only", nargs="*", default=["run", "job"], choices=["run", "job"],
                         help="the steps between `ray up` and `ray down`: the submitted run, the job")
     parser.add_argument("--hold", type=int, default=0, help="before cleaning up, keep the hosts up this long (or until BASE/hold is removed)")
     parser.add_argument("--measure", type=int, nargs="*", default=[],
@@ -782,8 +817,6 @@ def main() -> None:
     parser.add_argument("--measure-rounds", type=int, default=5)
     parser.add_argument("--timeout", type=int, default=900, help="give up (and clean up) after this many seconds")
     args = parser.parse_args()
-    if args.command == "local-reference":
-        return local_reference(args)
     preflight()
     if Path("/tmp") in args.base.resolve().parents:
         raise SystemExit(f"--base {args.base}: not under /tmp, which each host replaces with its own")
