@@ -98,7 +98,7 @@ class Federation:
         step.metrics["time/round_s"] = time.perf_counter() - start
         self.history.append({"round": self.round, **step.metrics})
         self._notify("ended", step)  # log, checkpoint
-        return RoundResult(self.round, step.metrics)
+        return RoundResult(self.round, step.metrics, step.notes.get("runtime/faults", ""))
 
     def _execute(self, plan: RoundPlan) -> Step:
         """The round's tasks on the clients; for a method that folds (``fedray.fold``) the hosts

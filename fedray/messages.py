@@ -99,6 +99,7 @@ class RoundResult:
 
     round: int
     metrics: dict[str, float]
+    faults: str = ""  # what the executor survived this round (``runtime/faults``), one line each
 
 
 def one_line(err: BaseException) -> str:

@@ -195,6 +195,8 @@ def _step_all(stepper: Stepper, config: Config, progress: bool, stop: StopSignal
                     stepper.checkpoint()
                 raise Stopped(f"{stop.received} after round {done}")
             result = stepper.run_round()
+            for line in result.faults.splitlines():  # a lost actor or node: said as it happens, not only in TensorBoard
+                tqdm.write(f"fedray: note: {line}", file=sys.stderr)
             bar.set_postfix({k.split("/")[-1]: f"{v:.4f}" for k, v in result.metrics.items()
                              if k in ("eval/accuracy", "train/loss")})
             bar.update(1)
