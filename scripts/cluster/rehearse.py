@@ -652,6 +652,7 @@ def submitted_run(hosts: Hosts, ray_: str, cfg_path: Path, logs: Path, name: str
     text = (logs / f"ray-submit-{name}.log").read_text(errors="replace")
     if job.returncode != 0:
         raise Failed(f"ray submit exited with {job.returncode}: {text[-2000:]}")
+    out["notes"] = [ln.strip() for ln in text.splitlines() if ln.startswith("fedray: note:")]  # on the terminal
     local_copy = hosts.home("user") / "runs"
     local_copy.mkdir(parents=True, exist_ok=True)
     rc, text = hosts.on("user", [ray_, "rsync-down", str(cfg_path), run_dir, str(local_copy) + "/"], timeout=120,
@@ -729,8 +730,8 @@ def read_events(run_dir: Path) -> dict:
             return []
         return [b"".join(e.tensor_proto.string_val).decode() for e in acc.Tensors(tag)]
     accuracy = acc.Scalars("eval/accuracy") if "eval/accuracy" in tags["scalars"] else []
-    comm = {t: {e.step: e.value for e in acc.Scalars(t)} for t in ("comm/bytes_up", "comm/bytes_down")
-            if t in tags["scalars"]}
+    comm = {t: {e.step: e.value for e in acc.Scalars(t)} for t in ("comm/bytes_up", "comm/bytes_down",
+                                                                    "runtime/bytes_to_server") if t in tags["scalars"]}
     return {"summary": {"rounds": len(accuracy), "final_accuracy": accuracy[-1].value if accuracy else None,
                         "files": sorted(p.name for p in run_dir.iterdir())},
             "placement": texts("runtime/executor/text_summary") or texts("runtime/executor"),
@@ -739,12 +740,13 @@ def read_events(run_dir: Path) -> dict:
 
 
 def wire(sampler: Sampler, round_times: dict, comm: dict) -> list[dict]:
-    """Per round: each host's bytes in and out over its interface (between the ends of the round
-    before and this one), beside fedray's bytes up and down of that round."""
-    rows, before = [], None
+    """Per round: each host's bytes in and out over its interface between the ends of the round
+    before and this one (round 1: from the ``ray submit``, so it holds the run's start), beside
+    fedray's accounting of that round."""
+    rows, before = [], sampler.samples[0][0] if sampler.samples else None
     for r in sorted(round_times):
         t = round_times[r]
-        row = {"round": r, **{f"fedray_{k.split('/')[1]}": v.get(r) for k, v in comm.items()}}
+        row = {"round": r, **{f"fedray_{k.split('/')[1]}": v.get(r) for k, v in comm.items()}}  # fedray's accounting
         for host in ("head", *WORKERS):
             now, then = sampler.at(host, t), sampler.at(host, before) if before else None
             if now and then:
