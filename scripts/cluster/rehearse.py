@@ -488,7 +488,11 @@ def rehearse(args) -> dict:
     venv = Path(os.path.abspath(Path(sys.executable).parent.parent)) if args.venv is None else args.venv
     hosts = Hosts(args.base, args.prefix, venv)
     clock = Clock()
-    report: dict = {"steps": clock.steps, "hosts": hosts.ip}
+    from fedray.provenance import source
+    from fedray.repro import cpu_model
+
+    report: dict = {"steps": clock.steps, "hosts": hosts.ip, "fedray": source(), "cpu": cpu_model(),
+                    "cores": os.cpu_count(), "date": time.strftime("%Y-%m-%d")}
     logs = args.base / "logs"
     cfg_path = args.base / "cluster.yaml"
     ray_ = str(hosts.home("user") / "bin" / "ray")
