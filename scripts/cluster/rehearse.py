@@ -397,7 +397,7 @@ def stop_here() -> None:
                 victims.append(int(entry.name))
         except OSError:
             pass
-    for sig, wait in ((signal.SIGTERM, 10), (signal.SIGKILL, 5)):
+    for sig, wait in ((signal.SIGTERM, 4), (signal.SIGKILL, 5)):  # Ray's `ray stop` also ends with SIGKILL
         for pid in victims:
             try:
                 os.kill(pid, sig)
@@ -514,6 +514,17 @@ def rehearse(args) -> dict:
             if rc != 0:
                 raise Failed(f"ray up exited with {rc}: {out[-1500:]}")
 
+        for clients in args.measure:  # the bytes on the wire (docs/performance.md), before w2 is lost
+            for fold in (True, False):
+                name = f"wire-{clients}-{'fold' if fold else 'nofold'}"
+                with clock.step(f"ray submit: {clients} clients a round, fold {fold}") as entry:
+                    run = submitted_run(hosts, ray_, cfg_path, logs, name, args.measure_rounds, clients, fold=fold)
+                    report.setdefault("wire", {})[name] = run["wire"]
+                    entry["rounds"] = run["events"]["summary"]["rounds"]
+                    entry["actors_per_node"] = run["result"]["executor"]["actors_per_node"]
+                    if sorted(k.split("/")[0] for k in entry["actors_per_node"]) != [hosts.ip[w] for w in WORKERS]:
+                        raise Failed(f"the run did not have one client actor on each worker: {entry}")
+
         if "run" in args.only:
             with clock.step("ray submit, w2 lost mid-run") as entry:
                 run = submitted_run(hosts, ray_, cfg_path, logs, "rehearsal", args.rounds, args.clients,
@@ -543,15 +554,7 @@ def rehearse(args) -> dict:
                     raise Failed("the run that lost w2 ends elsewhere than the local backend's run")
                 if not any(hosts.ip["w2"] in f for f in events["faults"]):
                     raise Failed(f"runtime/faults does not name w2 ({hosts.ip['w2']}): {events['faults']}")
-            report["wire"] = {"rehearsal": run["wire"]}
-
-        for clients in args.measure:  # the bytes on the wire, for docs/performance.md
-            for fold in (True, False):
-                name = f"wire-{clients}-{'fold' if fold else 'nofold'}"
-                with clock.step(f"ray submit: {clients} clients a round, fold {fold}") as entry:
-                    run = submitted_run(hosts, ray_, cfg_path, logs, name, args.measure_rounds, clients, fold=fold)
-                    report.setdefault("wire", {})[name] = run["wire"]
-                    entry["rounds"] = run["events"]["summary"]["rounds"]
+            report.setdefault("wire", {})["rehearsal"] = run["wire"]
 
         if "job" in args.only:
             with clock.step("ray dashboard + ray job submit --working-dir examples") as entry:
