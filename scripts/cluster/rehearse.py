@@ -304,16 +304,17 @@ class Hosts:
         return out
 
     def counters(self, host: str) -> tuple[int, int] | None:
-        """(bytes received, bytes sent) on the host's eth0, from a process in its namespace."""
-        for pid in self.pids(host):
-            try:
-                for line in Path(f"/proc/{pid}/net/dev").read_text().splitlines():
-                    name, _, rest = line.partition(":")
-                    if name.strip() == "eth0":
-                        fields = rest.split()
-                        return int(fields[0]), int(fields[8])
-            except OSError:
-                continue
+        """(bytes received, bytes sent) on the host's eth0, as its sshd (a process in its namespace,
+        which outlives a lost host's Ray) sees them in /proc."""
+        try:
+            pid = int((self.base / host / "sshd.pid").read_text())
+            for line in Path(f"/proc/{pid}/net/dev").read_text().splitlines():
+                name, _, rest = line.partition(":")
+                if name.strip() == "eth0":
+                    fields = rest.split()
+                    return int(fields[0]), int(fields[8])
+        except (OSError, ValueError):
+            pass
         return None
 
     def close(self) -> list[str]:
