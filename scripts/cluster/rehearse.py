@@ -475,6 +475,19 @@ class Sampler(threading.Thread):
             self.samples.append((now, {h: self.hosts.counters(h) for h in ("head", *WORKERS)}))
             self.halt.wait(self.period)
 
+    def stop(self):
+        """Stop sampling, with one last sample taken after the caller's run has ended, so that the
+        first and last samples hold everything the run moved."""
+        self.halt.set()
+        self.join()
+        self.samples.append((time.time(), {h: self.hosts.counters(h) for h in ("head", *WORKERS)}))
+
+    def total(self) -> dict:
+        """Each host's bytes in and out between the first and the last sample."""
+        first, last = self.samples[0][1], self.samples[-1][1]
+        return {h: {"in": last[h][0] - first[h][0], "out": last[h][1] - first[h][1]}
+                for h in first if first[h] and last.get(h)}
+
     def at(self, host: str, t: float) -> tuple[int, int] | None:
         """The host's counters at the last sample at or before ``t``."""
         value = None
@@ -521,6 +534,7 @@ def rehearse(args) -> dict:
                 with clock.step(f"ray submit: {clients} clients a round, fold {fold}") as entry:
                     run = submitted_run(hosts, ray_, cfg_path, logs, name, args.measure_rounds, clients, fold=fold)
                     report.setdefault("wire", {})[name] = run["wire"]
+                    report.setdefault("wire_total", {})[name] = run["wire_total"]
                     entry["rounds"] = run["events"]["summary"]["rounds"]
                     entry["actors_per_node"] = run["result"]["executor"]["actors_per_node"]
                     if sorted(k.split("/")[0] for k in entry["actors_per_node"]) != [hosts.ip[w] for w in WORKERS]:
@@ -530,7 +544,7 @@ def rehearse(args) -> dict:
             with clock.step("ray submit, w2 lost mid-run") as entry:
                 run = submitted_run(hosts, ray_, cfg_path, logs, "rehearsal", args.rounds, args.clients,
                                     lose_after=args.lose_after)
-                entry.update({k: v for k, v in run.items() if k not in ("events", "wire", "result")})
+                entry.update({k: v for k, v in run.items() if k not in ("events", "wire", "wire_total", "result")})
                 entry["final"], entry["executor"] = run["result"]["final"], run["result"]["executor"]
                 if run.get("lost_at_round") is None:
                     raise Failed("the run ended before w2 could be lost")
@@ -556,6 +570,7 @@ def rehearse(args) -> dict:
                 if not any(hosts.ip["w2"] in f for f in events["faults"]):
                     raise Failed(f"runtime/faults does not name w2 ({hosts.ip['w2']}): {events['faults']}")
             report.setdefault("wire", {})["rehearsal"] = run["wire"]
+            report.setdefault("wire_total", {})["rehearsal"] = run["wire_total"]
 
         if "job" in args.only:
             with clock.step("ray dashboard + ray job submit --working-dir examples") as entry:
@@ -656,7 +671,7 @@ def submitted_run(hosts: Hosts, ray_: str, cfg_path: Path, logs: Path, name: str
                        background=True, log=logs / f"ray-submit-{name}.log")
         out.update(wait_and_lose(hosts, job, hosts.home("head") / "runs" / name, lose_after, timeout=300))
     finally:
-        sampler.halt.set()
+        sampler.stop()
     text = (logs / f"ray-submit-{name}.log").read_text(errors="replace")
     if job.returncode != 0:
         raise Failed(f"ray submit exited with {job.returncode}: {text[-2000:]}")
@@ -671,6 +686,7 @@ def submitted_run(hosts: Hosts, ray_: str, cfg_path: Path, logs: Path, name: str
     out["sha256"] = fingerprint(local_copy / name)
     out["events"] = read_events(local_copy / name)
     out["wire"] = wire(sampler, out["events"]["round_times"], out["events"]["comm"])
+    out["wire_total"] = sampler.total()
     return out
 
 
