@@ -31,8 +31,8 @@ Steps (each timed, its outcome in the JSON report):
      runs the examples' plug-in project (FedNova, TabularNet, WDBC);
   6. ``ray rsync-down`` brings the run folder to ``user``, whose TensorBoard files are read there;
   7. ``ray down`` stops the head's Ray; as the local provider leaves the workers' running (a cloud
-     provider terminates their instances), ``ray stop`` runs on each over ssh; then no process but
-     sshd is left on any host. Whatever happens, the namespaces, the bridge, the folders and
+     provider terminates their instances; ``--watch-down`` lists what stays, and for how long),
+     ``ray stop`` runs on each over ssh; then no process but sshd is left on any host. Whatever happens, the namespaces, the bridge, the folders and
      every process the rehearsal started are removed at the end, and the report says so.
 
 Each host's interface counters are read through the run of step 2 (``/proc/PID/net/dev`` of a
@@ -589,6 +589,8 @@ def rehearse(args) -> dict:
             # workers' instances; ray-project/ray#17022, #43232): as on any on-premise cluster, each
             # worker's Ray is stopped over ssh, with the same `ray stop` the launcher runs on the head.
             entry["workers_before_ray_stop"] = {w: len(hosts.processes(w)) for w in WORKERS}
+            if args.watch_down:  # what the workers' Ray does by itself once the head is gone
+                entry["left_after_down"] = left_after(hosts, args.watch_down)
             stops = {w: hosts.on("user", ["ssh", "-i", str(args.base / "key"), "-o", "StrictHostKeyChecking=no",
                                           "-o", "UserKnownHostsFile=/dev/null", "-o", "BatchMode=yes",
                                           f"root@{hosts.ip[w]}", "bash --login -c 'source ~/.bashrc; ray stop'"],
@@ -809,6 +811,25 @@ def job_submit(hosts: Hosts, ray_: str, cfg_path: Path, logs: Path) -> dict:
         forward.wait(timeout=10)
 
 
+def process_name(line: str) -> str:
+    """``raylet``, or a Python process's script (``log_monitor.py``), from a ``processes`` line."""
+    words = line.split()[1:]
+    script = next((w for w in words[1:] if w.endswith(".py")), None) if "python" in Path(words[0]).name else None
+    return Path(script or words[0]).name
+
+
+def left_after(hosts: Hosts, seconds: float) -> list[dict]:
+    """The workers' processes, every 10 s for ``seconds`` (or until none is left): each sample's time
+    and each worker's process names."""
+    start, samples = time.time(), []
+    while True:
+        now = {w: sorted(process_name(p) for p in hosts.processes(w)) for w in WORKERS}
+        samples.append({"s": round(time.time() - start), **now})
+        if not any(now.values()) or time.time() - start >= seconds:
+            return samples
+        time.sleep(10)
+
+
 def wait_for_stop(hosts: Hosts, timeout: float) -> dict:
     """No process but sshd left on any cluster host, within ``timeout`` seconds."""
     deadline = time.time() + timeout
@@ -838,6 +859,8 @@ def main() -> None:
     parser.add_argument("--only", nargs="*", default=["run", "job"], choices=["run", "job"],
                         help="the steps between `ray up` and `ray down`: the submitted run, the job")
     parser.add_argument("--hold", type=int, default=0, help="before cleaning up, keep the hosts up this long (or until BASE/hold is removed)")
+    parser.add_argument("--watch-down", type=int, default=0, metavar="SECONDS",
+                        help="after ray down, list what stays on the workers for this long before stopping it")
     parser.add_argument("--measure", type=int, nargs="*", default=[],
                         help="also run these numbers of clients a round, folded and not, for the bytes on the wire")
     parser.add_argument("--measure-rounds", type=int, default=5)
