@@ -78,26 +78,44 @@ def test_the_family_option_runs_exactly_the_claims_runs():
         ("FL", 0), ("CFL", 0)]
 
 
-def test_the_saved_bare_list_still_loads():
-    """docs/repro_cfl.json as it was written before seeds, commits and calls were kept: its runs are
-    seed 0, the family is built from them (without verdicts), and in the object form the file now
-    takes they give the same page."""
-    claims, cfl = script("claims"), script("repro_cfl")
+def _bare():
+    """docs/repro_cfl.json's seed-0 runs as the file was written before seeds, commits and calls were
+    kept: a bare list of runs without ``seed``, ``provenance``, ``rounds`` and ``wall_s``."""
     saved = json.loads((ROOT / "docs" / "repro_cfl.json").read_text())
+    return [{k: v for k, v in r.items() if k not in ("seed", "provenance", "rounds", "wall_s")}
+            for r in saved["results"] if r.get("seed", 0) == 0]
+
+
+def test_the_saved_file_is_the_family_at_one_commit():
+    """docs/repro_cfl.json holds Table 6.2's family (both methods, every scene, seeds 0-4) and Fig. 6.8's
+    two runs, every run at one clean commit, and the page is the one written from it."""
+    cfl = script("repro_cfl")
+    saved = json.loads((ROOT / "docs" / "repro_cfl.json").read_text())
+    assert sorted(map(cfl.key, saved["results"])) == sorted(map(cfl.key, cfl.runs(cfl.FAMILY_SEEDS)))
+    assert {(r["provenance"]["commit"], r["provenance"]["dirty"]) for r in saved["results"]} == {
+        (saved["invocations"][0]["commit"], False)}
+    assert cfl.page(saved) == (ROOT / "docs" / "repro_cfl.md").read_text()
+
+
+def test_the_saved_bare_list_still_loads():
+    """A docs/repro_cfl.json written before seeds, commits and calls were kept: its runs are seed 0,
+    the family is built from them (without verdicts), and in the object form the file now takes they
+    give the same page."""
+    claims, cfl = script("claims"), script("repro_cfl")
+    saved = _bare()
     assert isinstance(saved, list) and cfl.results_of(saved) is saved
     assert {cfl.key(r)[2] for r in saved} == {0}
-    t = claims.test(claims.cfl_family())
+    t = claims.test(claims.cfl_family(saved))
     assert len(t.rows) == 4 and t.commit is None and {v for *_, v in t.rows} == {"one seed"}
     assert t.family.note == "one run per scene"
-    page = (ROOT / "docs" / "repro_cfl.md").read_text()
-    assert cfl.page({"invocations": [], "results": saved}) == cfl.page(saved) == page
+    assert cfl.page({"invocations": [], "results": saved}) == cfl.page(saved)
 
 
 def test_a_run_of_the_script_converts_the_bare_list_and_keeps_its_runs(tmp_path):
     from fedray.repro import Store
 
     cfl = script("repro_cfl")
-    saved = json.loads((ROOT / "docs" / "repro_cfl.json").read_text())
+    saved = _bare()
     path = tmp_path / "repro_cfl.json"
     path.write_text(json.dumps(saved))
     store = Store(path, cfl.key)
@@ -127,7 +145,7 @@ def _seeded(saved, seeds=(0, 1, 2)):
 
 def test_the_page_and_the_summary_show_the_mean_over_seeds():
     cfl, docs = script("repro_cfl"), script("docs")
-    saved = json.loads((ROOT / "docs" / "repro_cfl.json").read_text())
+    saved = _bare()
     runs = _seeded(saved)
     call = {"only": [], "jobs": 2, "rounds": None, "runs": 24, "wall_s": 600.0, "seeds": [0, 1, 2], "family": True,
             "cpu": "a CPU", "commit": COMMIT}
@@ -138,7 +156,7 @@ def test_the_page_and_the_summary_show_the_mean_over_seeds():
     assert f"| FL | **{byzantine['FL'] + 1:.1f}** ± 1.0 (paper 9.6) |" in text
     assert f"| CFL | **{byzantine['CFL'] + 1:.1f}** ± 1.0 (paper 78.0) |" in text
     assert "(CNN); seeds 0-2, each the run's seed and the split's" in text
-    assert "| splits | 28 | 1 | 1 | 0 |" in text
+    assert "| splits | 30 | 1 | 1 | 0 |" in text
     assert "Runs: commit `ccccccccc`." in text and "**What holds** (4 claims" in text
     assert "Written by `scripts/repro_cfl.py`: 24 runs (`--family`, seeds 0-2) in 10.0 min with 2 trials at once on " \
         "a CPU at commit `ccccccccc`." in text
@@ -148,9 +166,8 @@ def test_the_page_and_the_summary_show_the_mean_over_seeds():
     notes = "\n".join(docs.cfl_notes({"invocations": [call], "results": runs}))
     assert "(seeds 0-2, accuracies the means over the seeds, splits their range, 200 rounds;" in notes
     assert "benign clients dropped: 0 in the 9 runs" in notes
-    # the same runs at seed 0 alone give the page as it reads today, but for their commit
+    # the same runs at seed 0 alone give the bare list's page, but for their commit
     only0 = [r for r in runs if r.get("seed", 0) == 0]
-    today = (ROOT / "docs" / "repro_cfl.md").read_text()
-    assert cfl.page(only0) == today.replace(
+    assert cfl.page(only0) == cfl.page(saved).replace(
         "Runs: commit not recorded (runs saved before runs carried their commit).\n\n## Fig. 6.8",
         "Runs: commit `ccccccccc`.\n\n## Fig. 6.8")
