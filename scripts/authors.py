@@ -7,6 +7,11 @@ measure, per seed that varies the split.
     python scripts/authors.py fedgen --checkout /path/to/FedGen      # likewise mrtf (lxcnju/MrTF), fedaux (fedl-repo/fedaux)
     python scripts/authors.py fedgen --checkout /path/to/FedGen --methods fedavg fedgen --scenes 0.1 --seeds 0 1
 
+fedl-repo/fedaux keeps SimCLR checkpoints (``checkpoints/*.pth``) that a mirror may lack and that these
+runs never read; a sparse checkout leaves them out and keeps the tree clean (the rows record whether it
+was): ``git clone --no-checkout URL fedaux && cd fedaux && git sparse-checkout set --no-cone '/*'
+'!/checkpoints/*.pth' && git checkout main``.
+
 Per call: fedray's runs as a sweep (``fedray.repro.run_specs``, the reproduction script's specs)
 into ``--work``/fedray; then each seed's inputs, exported from the config of that seed's fedray
 run (``scripts/authors_<paper>.py``, ``export``) into ``--work``/setup; then the authors' runs, one
