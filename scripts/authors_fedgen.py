@@ -31,8 +31,16 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 
 # fedray's method (scripts/repro_fedgen.py) -> the authors' --algorithm
-METHODS = {"fedavg": "FedAvg", "fedprox": "FedProx", "feddistill": "FedDistill", "feddistill_plus": "FedDistill-FL",
-           "fedensemble": "FedEnsemble", "fedgen": "FedGen", "fedgen_code": "FedGen"}
+METHODS = {"fedavg": "FedAvg", "fedprox": "FedProx", "feddistill": "FedDistill", "feddistill_code": "FedDistill",
+           "feddistill_plus": "FedDistill-FL", "feddistill_plus_code": "FedDistill-FL", "fedensemble": "FedEnsemble",
+           "fedgen": "FedGen", "fedgen_code": "FedGen"}
+# the methods whose fedray runs average as the code does, by n_k (``Server.aggregate_parameters``,
+# serverbase.py), where the reproduction averages uniformly (fedgen_code's rules already weight)
+WEIGHTED = ("fedavg", "fedprox", "fedensemble", "feddistill_plus", "feddistill_plus_code")
+# a method of this adapter's own: repro_fedgen's method it is, and the overrides added to it (the
+# code's logit tracker, ``table: code``, beside the reproduction's per-round table)
+VARIANTS = {"feddistill_code": ("feddistill", ["algorithm.table=code"]),
+            "feddistill_plus_code": ("feddistill_plus", ["algorithm.table=code"])}
 TAG = "fedray"  # the dataset name's ratio tag: data/Mnist/u20c10-alpha<A>-ratio<TAG>
 LR_DECAY = 0.99  # every user's ExponentialLR (userbase.py), stepped with the round after its training
 
@@ -55,6 +63,13 @@ ADAPTATIONS = [
 FEDRAY_RULES = [
     f"every method: `training.lr_decay: {LR_DECAY}`, each user's local lr decayed with the round of its previous "
     "training (the code's `ExponentialLR` in `userbase.py`; the paper states no decay)",
+    f"{', '.join(WEIGHTED)}: `algorithm.weighted: true`, the models averaged by the users' sample counts n_k as "
+    "the code averages them (`Server.aggregate_parameters`, `serverbase.py`; the reproduction averages uniformly)",
+    "FedDistill and FedDistill+ with the code's logit table (`feddistill_code`, `feddistill_plus_code`): "
+    "`table: code`, each user's label-wise sums over every round it trained with counts from 1 (the code's "
+    "`LogitTracker`, never reset, `userFedDistill.py`), averaged over every user of the round, a label the user "
+    "never saw as a zero row (`serverFedDistill.py`, `aggregate_logits`); the reproduction's `table: round` takes "
+    "each round's own means over the users that saw the label",
     "FedGen with the code's rules (`fedgen_code`): `teacher: counts_code`, the code's teacher loss as it computes it, "
     "each user's mean cross-entropy times its mean label weight over the batch (a (B,) by (B, 1) product that "
     "broadcasts to B x B, in `serverpFedGen.py`), with label counts from 1; the reproduction's `teacher: counts` "
@@ -269,9 +284,14 @@ class Paper:
 
     def specs(self) -> list[dict]:
         """The reproduction's Table 1 runs with the code's rules of ``FEDRAY_RULES``."""
-        specs = [self.repro.spec("table1", m, a, s, self.rounds) for m in self.methods for a in self.scenes
-                 for s in self.args.seeds]
+        specs = []
+        for m in self.methods:
+            base, extra = VARIANTS.get(m, (m, []))
+            specs += [{**spec, "method": m, "overrides": [*spec["overrides"], *extra]}
+                      for a in self.scenes for s in self.args.seeds
+                      for spec in [self.repro.spec("table1", base, a, s, self.rounds)]]
         return [{**s, "overrides": [*s["overrides"], f"training.lr_decay={LR_DECAY}",
+                                    *(["algorithm.weighted=true"] if s["method"] in WEIGHTED else []),
                                     *(["algorithm.teacher=counts_code"] if s["method"] == "fedgen_code" else [])]}
                 for s in specs]
 
@@ -290,7 +310,7 @@ class Paper:
     def field(method: str) -> str:
         """The score a method is measured on (as in scripts/claims.py): FedDistill's users keep their
         own models, scored on the test samples of the labels each holds."""
-        return "personal" if method == "feddistill" else "accuracy"
+        return "personal" if method in ("feddistill", "feddistill_code") else "accuracy"
 
     def authors_measure(self, method: str, result: dict) -> float:
         return 100 * top5(result[self.field(method)])

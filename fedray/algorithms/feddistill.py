@@ -13,8 +13,11 @@ which travel only to be scored (their bytes are not counted), on the whole test 
 samples of the labels each user holds (``eval/personal_accuracy``, the authors' code's measure). FedDistill+ (``share_models:
 true``, the code's FedDistill-FL) also averages the models as FedAvg does, and broadcasts both;
 with ``share: head`` (Table 4) only the heads, each user keeping its own feature extractor.
-The code's tracker accumulates logits over all rounds and averages a user's empty labels in as
-zero vectors; here each round's vectors are the round's, and a user without a label has none.
+By default (``table: round``) each round's vectors are the round's, and a user without a label
+has none. ``table: code`` is the authors' code's tracker (``userFedDistill.py``, ``LogitTracker``;
+``serverFedDistill.py``, ``aggregate_logits``): a user's sums run over every round it trained, its
+label counts start at 1, so a label it never saw is a zero vector, and the server averages every
+user's vector of every label, zero vectors included (a label no user saw pulls toward uniform).
 
 FedDistill+ with whole models folds (``fedray.fold``): the table is a sum, t[y] = sum_k s_k[y] t_k[y]
 / sum_k s_k[y] with s_k[y] = 1 where user k saw label y, else 0, and the model is FedAvg's. FedDistill
@@ -25,7 +28,7 @@ head`` the server keeps each user's feature extractor, as FedAvg's does).
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Literal, Optional
 
 import numpy as np
 import torch
@@ -46,6 +49,7 @@ from fedray.weights import SIMULATION, Weights
 class FedDistillParams(FedAvgParams):
     share_models: bool = False  # FedDistill+: the models are averaged and broadcast too
     reg: float = Field(1.0, ge=0)  # the KL term's weight
+    table: Literal["round", "code"] = "round"  # a user's logit vectors: this round's, or the code's running tracker
 
 
 @dataclass
@@ -94,7 +98,11 @@ class FedDistillClient(HeadSharingClient):
             (table,) = downloads
             theta = client.state.get("model") or self.initial(task.arch)
         num_classes = self.model(task.arch).num_classes
-        sums, counts = np.zeros((num_classes, num_classes)), np.zeros(num_classes, np.int64)
+        if self.params.table == "code" and "tracker" in client.state:  # copies: a retried task starts from the state
+            sums, counts = client.state["tracker"]["sums"].copy(), client.state["tracker"]["counts"].copy()
+        else:  # the code's counts start at 1 (userFedDistill.py:12), so every label has a row
+            sums = np.zeros((num_classes, num_classes))
+            counts = np.full(num_classes, int(self.params.table == "code"), np.int64)
         self._round[task.client_id] = (table["logits"], table["have"], sums, counts) if table else (None, None, sums, counts)
         return theta
 
@@ -119,6 +127,8 @@ class FedDistillClient(HeadSharingClient):
     def upload(self, task: ClientTask, theta: Weights, local: Trained, client: VirtualClient) -> Any:
         _, _, sums, counts = self._round.pop(task.client_id)
         means = (sums / np.maximum(counts, 1)[:, None]).astype(np.float32)
+        if self.params.table == "code":
+            client.state["tracker"] = {"sums": sums, "counts": counts}
         if self.params.share_models:
             return LogitUpload(means, counts, self.share_weights(local.weights, client))
         client.state["model"] = local.weights

@@ -34,9 +34,9 @@ def mlp(arch="mlp"):
     return create_model("mlp", (6,), 3, hidden=(8,))
 
 
-def client_round(share_models, table=None, state=None):
+def client_round(share_models, table=None, state=None, rule="round"):
     cfg = build_config({"federation": {"num_clients": 2, "clients_per_round": 2, "architectures": {"mlp": 2}},
-                        "algorithm": {"name": "feddistill", "share_models": share_models, "reg": 0.5},
+                        "algorithm": {"name": "feddistill", "share_models": share_models, "reg": 0.5, "table": rule},
                         "training": {"lr": 0.1, "batch_size": 4, "epochs": 1}})
     client = resolve(cfg).make_client(cfg, mlp, torch.device("cpu"), None, None)
     g = torch.Generator().manual_seed(3)
@@ -83,6 +83,31 @@ def test_feddistill_keeps_its_model_private():
     assert vc.state["model"] is upload.weights
     _, _, again, _ = client_round(False, None, state=vc.state)  # the next round starts from its own model
     assert any(not np.array_equal(again.weights[k], upload.weights[k]) for k in theta)
+
+
+def test_the_codes_tracker_runs_over_rounds_with_label_counts_from_one():
+    """``table: code`` (the authors' LogitTracker): the sums run over every round a user trained and
+    its label counts start at 1, so a label it never saw uploads a zero row that the server averages
+    in; the training itself is the default rule's."""
+    table = {"logits": np.array([[3.0, 0.0, 0.0], [0.0, 1.0, 0.0], [0.0, 0.0, 0.0]], np.float32),
+             "have": np.array([True, True, False])}
+    _, _, first, plain = client_round(False)
+    _, _, code_first, vc = client_round(False, rule="code")
+    sums = first.logits.astype(np.float64) * first.counts[:, None]
+    assert code_first.counts.tolist() == [4, 6, 1]  # 3 and 5 samples of labels 0 and 1, none of 2, each from 1
+    np.testing.assert_allclose(code_first.logits, sums / code_first.counts[:, None], rtol=1e-6)
+    assert code_first.logits[2].tolist() == [0, 0, 0]
+    _, _, second, _ = client_round(False, table, state=plain.state)
+    _, _, code_second, _ = client_round(False, table, state=vc.state, rule="code")
+    for k in second.weights:  # the same training from the same model: only what is uploaded differs
+        np.testing.assert_array_equal(code_second.weights[k], second.weights[k])
+    assert code_second.counts.tolist() == [7, 11, 1] and vc.state["tracker"]["counts"].tolist() == [7, 11, 1]
+    both = sums + second.logits.astype(np.float64) * second.counts[:, None]
+    np.testing.assert_allclose(code_second.logits, both / code_second.counts[:, None], rtol=1e-6)
+    # the server: every user's row of every label, zero rows included (serverFedDistill.aggregate_logits)
+    table, have = logit_table(np.array([[[2.0, 0.0], [0.0, 0.0]], [[4.0, 2.0], [1.0, 3.0]]]), np.array([[6, 1], [2, 8]]))
+    np.testing.assert_allclose(table, [[3.0, 1.0], [0.5, 1.5]])
+    assert have.tolist() == [True, True]
 
 
 def test_feddistill_runs_share_what_they_should(tmp_path):
