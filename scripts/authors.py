@@ -20,7 +20,8 @@ are kept). The authors' code runs unchanged from its checkout: the adapter only 
 what the docs list (unused imports, the client draw, where results go) and adds fedray's measure.
 
 The rows go to ``docs/authors.json`` (a row per paper, method and scene; a new row replaces the
-saved one), and ``scripts/docs.py`` writes docs/authors.md from them.
+saved one), and ``scripts/docs.py`` writes docs/authors.md from them. A row names the commit its
+fedray runs carry; runs of one row made at two commits (a resumed sweep) make no row.
 """
 
 from __future__ import annotations
@@ -68,7 +69,7 @@ def run_authors(paper, checkout: Path, fedray: dict, work: Path, jobs: int) -> d
     the adapter's result."""
     adapter = paper.adapter
     setups = {}
-    for (method, scene, seed), (_, _, config) in sorted(fedray.items(), key=str):
+    for (method, scene, seed), (_, _, config, _) in sorted(fedray.items(), key=str):
         folder = work / "setup" / f"{scene}-seed{seed}".replace(" ", "_")
         if (scene, seed) not in setups:
             if not (folder / "setup.json").exists():
@@ -102,13 +103,17 @@ def run_authors(paper, checkout: Path, fedray: dict, work: Path, jobs: int) -> d
 
 def rows(paper, checkout_info: tuple[str, bool], fedray: dict, authors: dict) -> list[dict]:
     """One row per method and scene: per-seed values of both sides and the paired difference."""
-    from fedray.provenance import source
     from fedray.repro import setup_rows
 
     out = []
     for method in paper.methods:
         for scene in paper.scenes:
             seeds = sorted(s for m, a, s in fedray if m == method and a == scene)
+            made = [fedray[method, scene, s][3] or {} for s in seeds]  # each run's provenance
+            commits = {p.get("commit") for p in made}
+            if len(commits) != 1 or None in commits:
+                raise SystemExit(f"{paper.name} {method} ({paper.scene_text(scene)}): fedray's runs come from commits "
+                                 f"{sorted(map(str, commits))}; a row is one commit's runs (re-run them in a new --work)")
             ours = {s: fedray[method, scene, s][0] for s in seeds}
             theirs = {s: paper.authors_measure(method, authors[method, scene, s]) for s in seeds}
             diff = paired(ours, theirs)
@@ -117,7 +122,7 @@ def rows(paper, checkout_info: tuple[str, bool], fedray: dict, authors: dict) ->
                 "paper": paper.name, "method": method, "authors_method": paper.adapter.METHODS[method],
                 "scene": paper.scene_text(scene), "measure": paper.measure, "authors_repo": paper.repo,
                 "authors_commit": checkout_info[0], "authors_dirty": checkout_info[1],
-                "fedray_commit": source()["commit"], "fedray_dirty": source()["dirty"], "seeds": seeds,
+                "fedray_commit": commits.pop(), "fedray_dirty": any(p.get("dirty") for p in made), "seeds": seeds,
                 "fedray": [ours[s] for s in seeds], "authors": [theirs[s] for s in seeds],
                 "authors_own_measure": [paper.own_measure(authors[method, scene, s]) for s in seeds],
                 "diff_mean": diff.difference.mean, "diff_ci": [diff.difference.low, diff.difference.high],
@@ -190,6 +195,8 @@ def page(rows: list[dict]) -> str:
         if getattr(adapter, "FEDRAY_RULES", None):
             lines += ["", "Where fedray's side takes the code's rule over the reproduction's (the paper's), by a named "
                       "option:", ""] + [f"- {r}." for r in adapter.FEDRAY_RULES]
+        if getattr(adapter, "UNALIGNED", None):
+            lines += ["", "Where the two sides still differ, left as they are:", ""] + [f"- {u}." for u in adapter.UNALIGNED]
         lines += ["", "Not compared, and why:", ""] + [f"- {n}." for n in adapter.NOT_COMPARED]
         lines += ["", f"Minutes are run time summed over the seeds, one CPU thread a run, on {first['cpu']}.", ""]
     return "\n".join(lines)

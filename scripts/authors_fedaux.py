@@ -14,17 +14,8 @@ Two halves:
   the authors' modules from their checkout, applies ``ADAPTATIONS`` (none of them the arithmetic
   of training) and runs their ``code/federated_learning.py`` on one method.
 
-Their code and fedray still differ where the adapter leaves their arithmetic alone (file:line in
-the checkout's ``code/``): their Adam optimisers live for the whole run, one per client
-(``fl_devices.py:53``) and one for the server's distillation (``:131``), where fedray starts a fresh
-Adam for each local training and each distillation; their FedAUX scorer is sklearn's
-``LogisticRegression(C=1/lambda)`` with an intercept, lbfgs at sklearn's tol 1e-4, labels own 0 /
-public 1, gamma_i over D_i u D^- and noise (on coefficients and intercept) from numpy's global
-generator (``fl_devices.py:84-113``): fedray's ``regularization: code`` has C = 1/lambda too, but no
-intercept and tol 1e-10, and its default ``normaliser: public`` takes gamma from D^- alone
-(``normaliser: paper`` is the code's gamma_i: method ``fedaux_code_gamma``); their FedAvg mean is
-unweighted (``:148-152``), fedray's |D_i|-weighted (``weighted: true``; client sizes differ by a
-few samples in 2,750 here); the batch orders come from other generators.
+Where their code and fedray still differ, the adapter leaves their arithmetic alone: ``UNALIGNED``
+(docs/authors.md lists it).
 """
 
 from __future__ import annotations
@@ -86,6 +77,18 @@ ADAPTATIONS = [
     "fedray's measure is added after each round's distillation (as fedray scores): the server model's "
     "per-sample accuracy on fedray's test set; the code's own (`server_val_accuracy`, the same test set in "
     "batches of 100) is kept beside it"]
+# where the two sides still differ, left as they are (file:line in the checkout's code/)
+UNALIGNED = [
+    "the code's Adam optimisers live for the whole run, one per client (`fl_devices.py:53`) and one for the server's "
+    "distillation (`:131`); fedray starts a fresh Adam for each local training and each distillation",
+    "the code's FedAUX scorer is sklearn's `LogisticRegression(C=1/lambda)` with an intercept, lbfgs at sklearn's tol "
+    "1e-4, labels own 0 / public 1, and noise on coefficients and intercept from numpy's global generator "
+    "(`fl_devices.py:84-113`); fedray's `regularization: code` has C = 1/lambda too, but no intercept (the paper's "
+    "scorer has none) and tol 1e-10, and its default `normaliser: public` takes gamma from D^- alone where the code's "
+    "gamma_i is over D_i and D^- (`normaliser: paper`, method `fedaux_code_gamma`)",
+    "the code's FedAvg mean is unweighted (`fl_devices.py:148-152`), fedray's weighted by |D_i| (`weighted: true`); "
+    "the client sizes differ by a few samples in 2,750 here",
+    "the batch orders and the noise come from other generators"]
 # what is not compared, and why
 NOT_COMPARED = [
     "FedBE and FedBE+P: the authors' repository has no implementation of them",
@@ -363,7 +366,7 @@ class Paper:
 
     def fedray_runs(self) -> dict[tuple[str, float, int], tuple[float, float, object]]:
         """fedray's runs as repro_fedaux runs its claim: (method, C, seed) -> (the measure, wall
-        seconds, the run's config)."""
+        seconds, the run's config, its provenance)."""
         from fedray.repro import run_specs
 
         specs = self.specs()
@@ -373,7 +376,7 @@ class Paper:
         if failed:
             raise SystemExit(f"{len(failed)} fedray runs did not finish: {failed[0].get('error', failed[0])}")
         return {(s["method"], s["rate"], s["seed"]): (_measure([h["accuracy"] for h in r.records], self.primary),
-                                                      r.wall_s, r.config) for s, r in done}
+                                                      r.wall_s, r.config, r.summary.get("provenance")) for s, r in done}
 
     def authors_measure(self, method: str, result: dict) -> float:
         return _measure(result["accuracy"], self.primary)

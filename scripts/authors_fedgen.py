@@ -74,6 +74,17 @@ FEDRAY_RULES = [
     "each user's mean cross-entropy times its mean label weight over the batch (a (B,) by (B, 1) product that "
     "broadcasts to B x B, in `serverpFedGen.py`), with label counts from 1; the reproduction's `teacher: counts` "
     "is the per-sample weighting that code means"]
+# where the two sides still differ, left as they are
+UNALIGNED = [
+    "BatchNorm statistics: the code's users keep their own running statistics (only parameters travel, "
+    "`serverbase.py`), fedray's clients start from the global ones; training uses batch statistics on both sides, "
+    "so this moves only the scored model's statistics, which the adapter's measure averages by n_k",
+    "the generator's initial weights: the code draws them from torch's stream after the classifier "
+    "(`serverpFedGen.py`), fedray from one seeded with the model seed; both are the same distribution",
+    "FedGen's labels on the user side: the code draws uniformly from the labels any user holds, fedray from those "
+    "with a count in the previous round; with 10 users a round both are every label here",
+    "the batch order: the code's users read a persistent shuffling loader that drops the last short batch "
+    "(`userbase.py`), fedray takes the first 20 batches of a fresh permutation each round"]
 # what is not compared, and why
 NOT_COMPARED = [
     "FedDFusion: the authors' repository has no implementation of it",
@@ -296,7 +307,7 @@ class Paper:
                 for s in specs]
 
     def fedray_runs(self) -> dict[tuple[str, float, int], tuple[float, float, object]]:
-        """fedray's runs: (method, alpha, seed) -> (the measure, wall seconds, the run's config)."""
+        """fedray's runs: (method, alpha, seed) -> (the measure, wall seconds, the run's config, its provenance)."""
         from fedray.repro import run_specs
 
         done, failed = run_specs(ROOT / "configs" / "fedgen.yaml", self.specs(), self.repro.variant,
@@ -304,7 +315,7 @@ class Paper:
         if failed:
             raise SystemExit(f"{len(failed)} fedray runs did not finish: {failed[0].get('error', failed[0])}")
         return {(s["method"], s["alpha"], s["seed"]): (100 * self.repro.top5({"history": r.records}, self.field(s["method"])),
-                                                       r.wall_s, r.config) for s, r in done}
+                                                       r.wall_s, r.config, r.summary.get("provenance")) for s, r in done}
 
     @staticmethod
     def field(method: str) -> str:

@@ -34,7 +34,12 @@ ROOT = Path(__file__).resolve().parents[1]
 # fedray's method (scripts/repro_mrtf.py) -> the authors' algorithm (their class). mrtf is the
 # paper's rules, mrtf_code the code's: both against the one MrTF of the code. The code has no
 # faithful ST or ST+RD (see NOT_COMPARED).
-METHODS = {"fedavg": "FedAvg", "al": "FedDF", "mrtf": "MrTF", "mrtf_code": "MrTF"}
+METHODS = {"fedavg": "FedAvg", "al": "FedDF", "al_code": "FedDF", "mrtf": "MrTF", "mrtf_code": "MrTF"}
+# a method of this adapter's own and its fedray overrides: AL (FedDF) with the code's rules
+VARIANTS = {"al_code": [
+    "algorithm={name: mrtf, teachers: avg_logit, rectify: false, cluster: false, feed_back: false, target_power: 0.75, "
+    "distill: {optimizer: adam, lr: 0.001, weight_decay: 0.000001, schedule: cosine, clip_norm: 100, steps: 500, "
+    "batch_size: 64}}"]}
 # the fedray method whose training settings each of the authors' algorithms runs with: MrTF with
 # mrtf_code's (batch 32, weight decay 1e-5, as the code's config.py:18-22), so that its one run
 # serves both of fedray's MrTF rules
@@ -66,6 +71,19 @@ ADAPTATIONS = [
     "fedray's measure is added: each round, the accuracy per sample on the test set of the model the code scores "
     "(MrTF and FedDF: the refined copy; FedAvg: the aggregate); the code's `test` averages per-batch accuracies "
     "(`mrtf.py:406-420`), which is kept as its own measure"]
+# where fedray's runs take the code's rule by a named option, beside the reproduction's (the paper's)
+FEDRAY_RULES = [
+    "MrTF with the code's rules (`mrtf_code`, the reproduction's, `configs/mrtf_code.yaml`): eq. 6's std per test "
+    "batch of 320 without tau, the code's eq. 10 and targets averaged across rounds, CLR at scale 8 from round one, "
+    "its refinement optimiser, and the plain aggregate broadcast",
+    "AL with the code's FedDF rules (`al_code`): the targets softened, `target_power: 0.75` (`feddf.py:188`), the "
+    "refinement optimiser of the code (Adam lr 1e-3, weight decay 1e-6, cosine schedule, gradient norm clipped at 100; "
+    "`feddf.py:190-230`) and the plain aggregate broadcast, `feed_back: false` (`feddf.py:66-90`); the reproduction's "
+    "`al` is the paper's AL (Adam lr 3e-4, the refined model broadcast)"]
+# where the two sides still differ, left as they are
+UNALIGNED = [
+    "local steps: the code runs max(int(E x batches), 5) + 1 steps (`mrtf.py:120-133`), one more than fedray's E "
+    "passes over the client's data, drawing batches from an iterator that reshuffles when it runs out"]
 # what is not compared, and why
 NOT_COMPARED = [
     "FedProx, FedMMD, SCAFFOLD, FedAvgM and FedAdam: the authors' repository has none of them (its README points to "
@@ -286,17 +304,17 @@ class Paper:
 
     def fedray_runs(self) -> dict[tuple[str, str, int], tuple[float, float, object]]:
         """fedray's runs as repro_mrtf's run_compare makes them: (method, split, seed) -> (the
-        measure, wall seconds, the run's config)."""
+        measure, wall seconds, the run's config, its provenance)."""
         from fedray.repro import run_sweep
 
         grid = {"split": {s: self.repro.SPLITS[s] for s in self.scenes},
-                "method": {m: self.repro.METHODS[m][1] for m in self.methods}}
+                "method": {m: VARIANTS.get(m) or self.repro.METHODS[m][1] for m in self.methods}}
         done, failed = run_sweep(ROOT / "configs" / "mrtf.yaml", grid, self.args.seeds, self.args.work / "fedray",
                                  self.repro.record, overrides=[f"federation.rounds={self.rounds}"], jobs=self.args.jobs)
         if failed:
             raise SystemExit(f"{len(failed)} fedray runs did not finish: {failed[0].get('error', failed[0])}")
         return {(r.point["method"], r.point["split"], r.seed): (final([h["accuracy"] for h in r.records]), r.wall_s,
-                                                                r.config) for r in done}
+                                                                r.config, r.summary.get("provenance")) for r in done}
 
     def authors_measure(self, method: str, result: dict) -> float:
         return final(result["accuracy"])

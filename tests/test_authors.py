@@ -101,3 +101,24 @@ def test_the_page_counts_the_verdicts_and_names_the_settings_that_differ_by_meth
     assert "| local training | 20 steps (fedavg); 20 steps, generator 2 steps (fedgen) |" in text
     assert "| fedgen | FedGen | alpha 0.1 | 81.00 | 80.25 | +3.00 [+2.00, +4.00] | open: no cause found yet | 2.0 / 3.0 |" in text
     assert "`zhuangdizhu/FedGen` at commit `dd5807c56`; fedray at commit `80a9260aa`." in text
+
+
+def test_a_row_holds_one_fedray_commits_runs_and_the_code_tracker_variant_runs_table_code():
+    import argparse
+
+    import pytest
+
+    authors, adapter = script("authors"), script("authors_fedgen")
+    paper = adapter.Paper(argparse.Namespace(methods=["feddistill_code"], scenes=["0.1"], seeds=[0, 1], rounds=3))
+    config = load_config(ROOT / "configs" / "fedgen.yaml", paper.specs()[0]["overrides"])
+    assert config.algorithm.name == "feddistill" and config.algorithm.table == "code"
+    a, c = "a" * 40, "c" * 40
+    fedray = {("feddistill_code", 0.1, 0): (70.0, 10.0, config, {"commit": a, "dirty": False}),
+              ("feddistill_code", 0.1, 1): (72.0, 12.0, config, {"commit": a, "dirty": True})}
+    theirs = {k: {"personal": [0.69], "accuracy": [0.5], "authors_accuracy": [0.6], "wall_s": 5.0} for k in fedray}
+    (row,) = authors.rows(paper, ("b" * 40, False), fedray, theirs)
+    assert row["fedray_commit"] == a and row["fedray_dirty"] and row["authors_method"] == "FedDistill"
+    assert row["fedray"] == [70.0, 72.0] and row["authors"] == pytest.approx([69.0, 69.0])  # FedDistill: per-user score
+    fedray["feddistill_code", 0.1, 1] = (72.0, 12.0, config, {"commit": c, "dirty": False})
+    with pytest.raises(SystemExit, match="commits"):  # runs resumed at another commit make no row
+        authors.rows(paper, ("b" * 40, False), fedray, theirs)

@@ -26,7 +26,7 @@ The authors' code's other rules are named options (``configs/mrtf_code.yaml`` se
 ``std: batch`` with ``tau: 1`` (eq. 6 per batch, no tau), ``weights: code`` (its eq. 10),
 ``ema: true`` (targets averaged across rounds), ``cluster_tau: 8`` with ``cluster_after: 0`` (its
 CLR), and its refinement optimiser (Adam lr 1e-3, weight decay 1e-6, cosine schedule, gradient
-norm clipped at 100).
+norm clipped at 100). Its FedDF (the AL ablation) also softens its targets, ``target_power: 0.75``.
 """
 
 from __future__ import annotations
@@ -72,6 +72,9 @@ class MrTFParams(Params):
     weights: Literal["paper", "code"] = "paper"
     ema: bool = False
     feed_back: bool = True  # broadcast the refined model (paper); False: the plain aggregate (authors' code)
+    # the round's targets q raised to this power and renormalised, softmax(s log q): 1 leaves them as
+    # they are (paper); the authors' FedDF (their AL) softens with 0.75 (feddf.py:188)
+    target_power: float = Field(1.0, gt=0)
     # the unlabelled set the server refines on: the test inputs (the paper's transductive setting), or
     # the ``aux:`` inputs (a named data set, ``aux.dataset``, or a part carved out of the training set)
     inputs: Literal["test", "aux"] = "test"
@@ -163,6 +166,8 @@ class MrTF(DistillationStrategy):
         if p.cluster and round > p.cluster_after:  # CLR, eq. 11-12, in the new aggregate's feature space
             features = predict_features(self.work_model(arch, average), self.inputs)
             target = cluster_refine(features, target, p.cluster_tau)
+        if p.target_power != 1.0:
+            target = torch.softmax(p.target_power * torch.log(target + 1e-8), dim=1)
         return target, info
 
     def stabilised(self, logits: torch.Tensor) -> torch.Tensor:

@@ -78,6 +78,12 @@ def test_ablation_targets_al_and_st():
     args = ("mlp", [u.payload for u in ups], al.models["mlp"], al.models["mlp"], 0.5)
     torch.testing.assert_close(al.targets(9, *args)[0], aggregate_teachers(logits, "mean_logits"))  # eq. 3
     torch.testing.assert_close(st.targets(9, *args)[0], stabilised_probs(logits, 4.0).mean(dim=0))  # eq. 7
+    # the authors' FedDF: q^0.75 renormalised (feddf.py:188), by hand on the mean-logit target
+    soft = mrtf(teachers="avg_logit", rectify=False, cluster=False, target_power=0.75).targets(9, *args)[0]
+    q = aggregate_teachers(logits, "mean_logits").double()
+    by_hand = (q + 1e-8) ** 0.75 / ((q + 1e-8) ** 0.75).sum(dim=1, keepdim=True)
+    torch.testing.assert_close(soft.double(), by_hand, rtol=1e-5, atol=1e-7)
+    assert (soft.max(dim=1).values < q.max(dim=1).values.float()).all()  # softer where q is not uniform
 
 
 def test_pa_is_fedavg_and_feed_back_off_broadcasts_the_plain_aggregate():
