@@ -122,3 +122,15 @@ def test_a_row_holds_one_fedray_commits_runs_and_the_code_tracker_variant_runs_t
     fedray["feddistill_code", 0.1, 1] = (72.0, 12.0, config, {"commit": c, "dirty": False})
     with pytest.raises(SystemExit, match="commits"):  # runs resumed at another commit make no row
         authors.rows(paper, ("b" * 40, False), fedray, theirs)
+
+
+def test_causes_rewrites_the_saved_rows_causes_from_causes(tmp_path):
+    import json
+
+    authors = script("authors")
+    path = tmp_path / "authors.json"
+    rows = [{"paper": "MrTF", "method": m, "scene": "alpha 1", "cause": "stale"} for m in ("mrtf", "mrtf_code")]
+    path.write_text(json.dumps(rows))
+    authors.causes(path)
+    saved = {r["method"]: r for r in json.loads(path.read_text())}
+    assert saved["mrtf"]["cause"] == authors.CAUSES["MrTF", "mrtf"] and saved["mrtf_code"]["cause"] == ""
