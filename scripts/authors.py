@@ -169,34 +169,54 @@ def page(rows: list[dict]) -> str:
               f"{sum(v.startswith('differs') for v in verdicts)} differ with a cause written down; "
               f"{sum(v.startswith('open') for v in verdicts)} differ with no cause found.**", ""]
     for paper in dict.fromkeys(r["paper"] for r in rows):
-        mine = [r for r in rows if r["paper"] == paper]
-        first = mine[0]
         adapter = importlib.import_module(f"authors_{paper.lower()}")
+        scenes = list(dict.fromkeys(r["scene"] for r in rows if r["paper"] == paper))
+        order = list(adapter.METHODS)  # rows by scene, then in the adapter's order of methods
+        mine = sorted((r for r in rows if r["paper"] == paper),
+                      key=lambda r: (scenes.index(r["scene"]), order.index(r["method"]) if r["method"] in order else 99))
+        first = mine[0]
         commits = sorted({r["fedray_commit"] or "unknown" for r in mine})
         lines += [f"## {paper}", "",
                   f"The authors' code: `{first['authors_repo']}` at commit `{first['authors_commit'][:9]}`"
                   + (" (with local changes)" if any(r["authors_dirty"] for r in mine) else "")
                   + f"; fedray at commit {', '.join(f'`{c[:9]}`' for c in commits)}"
                   + (" (with local changes)" if any(r["fedray_dirty"] for r in mine) else "")
-                  + f". Measure: {first['measure']}. Seeds: {', '.join(map(str, first['seeds']))} (each varies "
-                  "the split).", ""]
+                  + f". Measure: {first['measure']}. Seeds: each varies the split; a row's are in its n column "
+                  "(seeds 0 to n - 1).", ""]
         settings = {}  # each setting's values over the rows (a method's own, e.g. local training, differ)
         for r in mine:
             for name, value in r["setup"].items():
-                settings.setdefault(name, {}).setdefault(value, []).append(r["method"])
-        lines += markdown_table(["setting", "both sides"], [
-            [name, "; ".join(v if len(values) == 1 else f"{v} ({', '.join(dict.fromkeys(m))})"
-                             for v, m in values.items())] for name, values in settings.items()])
+                settings.setdefault(name, {}).setdefault(value, []).append(r)
+
+        def said(values: dict) -> str:
+            """A setting: its one value, else each value with the methods it is for, or "(by scene)"
+            where it changes with the scene only."""
+            if len(values) == 1:
+                return next(iter(values))
+            per_scene = {}
+            for value, rs in values.items():
+                for r in rs:
+                    per_scene.setdefault(r["scene"], set()).add(value)
+            if all(len(v) == 1 for v in per_scene.values()):
+                return "; ".join(values) + " (by scene)"
+            return "; ".join(f"{v} ({', '.join(dict.fromkeys(r['method'] for r in rs))})" for v, rs in values.items())
+
+        lines += markdown_table(["setting", "both sides"], [[name, said(values)] for name, values in settings.items()])
         lines.append("")
+        causes = list(dict.fromkeys(r["cause"] for r in mine if agreement(r).startswith("differs")))
         table = []
-        for r, v in zip(mine, (agreement(r) for r in mine)):
+        for r in mine:
+            v = agreement(r)
             low, high = r["diff_ci"]
-            table.append([r["method"], r["authors_method"], r["scene"],
+            table.append([r["method"], r["authors_method"], r["scene"], str(len(r["seeds"])),
                           f"{sum(r['fedray']) / len(r['fedray']):.2f}", f"{sum(r['authors']) / len(r['authors']):.2f}",
-                          f"{r['diff_mean']:+.2f} [{low:+.2f}, {high:+.2f}]", v,
+                          f"{r['diff_mean']:+.2f} [{low:+.2f}, {high:+.2f}]",
+                          f"differs (cause {causes.index(r['cause']) + 1})" if v.startswith("differs") else v,
                           f"{r['fedray_s'] / 60:.1f} / {r['authors_s'] / 60:.1f}"])
-        lines += markdown_table(["fedray method", "authors' method", "scene", "fedray", "authors",
+        lines += markdown_table(["fedray method", "authors' method", "scene", "n", "fedray", "authors",
                                  "fedray - authors [95%]", "verdict", "minutes, fedray / authors"], table)
+        if causes:
+            lines += ["", "The causes of the differences:", ""] + [f"{i}. {c}." for i, c in enumerate(causes, 1)]
         lines += ["", "What the adapter changes when it runs the authors' code (none of it the arithmetic of "
                   "training):", ""] + [f"- {a}." for a in adapter.ADAPTATIONS]
         if getattr(adapter, "FEDRAY_RULES", None):
@@ -205,7 +225,8 @@ def page(rows: list[dict]) -> str:
         if getattr(adapter, "UNALIGNED", None):
             lines += ["", "Where the two sides still differ, left as they are:", ""] + [f"- {u}." for u in adapter.UNALIGNED]
         lines += ["", "Not compared, and why:", ""] + [f"- {n}." for n in adapter.NOT_COMPARED]
-        lines += ["", f"Minutes are run time summed over the seeds, one CPU thread a run, on {first['cpu']}.", ""]
+        lines += ["", f"Minutes are wall time summed over the seeds, one CPU thread a run, on {first['cpu']}; other "
+                  "runs shared the machine's cores at times, so they compare the two sides only roughly.", ""]
     return "\n".join(lines)
 
 

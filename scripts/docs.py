@@ -1126,7 +1126,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--write", action="store_true", help="write the pages that differ")
     args = parser.parse_args()
-    differ = [(path, text) for path, text in generated().items() if path.read_text() != text]
+    differ = [(path, text) for path, text in generated().items() if not path.exists() or path.read_text() != text]
     for path, text in differ:
         if args.write:
             path.write_text(text)

@@ -99,7 +99,11 @@ def test_the_page_counts_the_verdicts_and_names_the_settings_that_differ_by_meth
     assert "**1 of 2 rows agree; 0 differ with a cause written down; 1 differ with no cause found.**" in text
     assert "| rounds | 100 |" in text  # one value for every method: said once
     assert "| local training | 20 steps (fedavg); 20 steps, generator 2 steps (fedgen) |" in text
-    assert "| fedgen | FedGen | alpha 0.1 | 81.00 | 80.25 | +3.00 [+2.00, +4.00] | open: no cause found yet | 2.0 / 3.0 |" in text
+    assert "| fedgen | FedGen | alpha 0.1 | 2 | 81.00 | 80.25 | +3.00 [+2.00, +4.00] | open: no cause found yet | 2.0 / 3.0 |" in text
+    caused = authors.page([*rows, {**rows[1], "scene": "alpha 1", "setup": {"rounds": "50", "local training": "20 steps"},
+                                   "cause": "the paper's rule"}])
+    assert "| fedgen | FedGen | alpha 1 | 2 | 81.00 | 80.25 | +3.00 [+2.00, +4.00] | differs (cause 1) | 2.0 / 3.0 |" in caused
+    assert "1. the paper's rule." in caused and "| rounds | 100; 50 (by scene) |" in caused
     assert "`zhuangdizhu/FedGen` at commit `dd5807c56`; fedray at commit `80a9260aa`." in text
 
 
