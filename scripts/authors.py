@@ -136,8 +136,15 @@ def rows(paper, checkout_info: tuple[str, bool], fedray: dict, authors: dict) ->
                 "fedray_s": sum(fedray[method, scene, s][1] for s in seeds),
                 "authors_s": sum(authors[method, scene, s]["wall_s"] for s in seeds),
                 "setup": {name: ours for name, ours, _ in setup_rows(config, {})},
-                "cause": CAUSES.get((paper.name, method), ""), "cpu": cpu_model()})
+                "cpu": cpu_model()})
+            out[-1]["cause"] = cause_of(out[-1])
     return out
+
+
+def cause_of(row: dict) -> str:
+    """A row's cause: CAUSES' for its paper and method where the two sides differ, empty where they agree."""
+    agrees = agreement({**row, "cause": ""}) == "agrees"
+    return "" if agrees else CAUSES.get((row["paper"], row["method"]), "")
 
 
 TARGET = 1.0  # points: a difference within this, with an interval that holds 0, is agreement
@@ -252,7 +259,7 @@ def causes(path: Path) -> None:
     store = Store(path, key=lambda r: (r["paper"], r["method"], r["scene"]), field=None)
     saved = store.load()
     for row in saved.values():
-        row["cause"] = CAUSES.get((row["paper"], row["method"]), "")
+        row["cause"] = cause_of(row)
     store.save(saved)
     print(f"{path}: {sum(bool(r['cause']) for r in saved.values())} of {len(saved)} rows with a cause")
 

@@ -133,8 +133,11 @@ def test_causes_rewrites_the_saved_rows_causes_from_causes(tmp_path):
 
     authors = script("authors")
     path = tmp_path / "authors.json"
-    rows = [{"paper": "MrTF", "method": m, "scene": "alpha 1", "cause": "stale"} for m in ("mrtf", "mrtf_code")]
+    rows = [{"paper": "MrTF", "method": m, "scene": s, "cause": "stale", "diff_mean": d, "diff_ci": [d - 0.5, d + 0.5]}
+            for m, s, d in (("mrtf", "alpha 1", -3.0), ("mrtf_code", "alpha 1", -3.0), ("mrtf", "C-bar 5", 0.2))]
     path.write_text(json.dumps(rows))
     authors.causes(path)
-    saved = {r["method"]: r for r in json.loads(path.read_text())}
-    assert saved["mrtf"]["cause"] == authors.CAUSES["MrTF", "mrtf"] and saved["mrtf_code"]["cause"] == ""
+    saved = {(r["method"], r["scene"]): r for r in json.loads(path.read_text())}
+    assert saved["mrtf", "alpha 1"]["cause"] == authors.CAUSES["MrTF", "mrtf"]
+    assert saved["mrtf_code", "alpha 1"]["cause"] == ""  # no cause written down: the row stays open
+    assert saved["mrtf", "C-bar 5"]["cause"] == ""  # the two agree there: no cause
