@@ -159,6 +159,25 @@ def agreement(row: dict) -> str:
     return f"differs: {row['cause']}" if row["cause"] else "open: no cause found yet"
 
 
+
+def _commits_text(rows: list[dict]) -> str:
+    """The fedray commits of a paper's rows: one, or each with the rows it made (the commonest as
+    "the other rows"), since a row is one commit's runs but a paper's rows may come from several."""
+    by = {}
+    for r in rows:
+        by.setdefault((r["fedray_commit"] or "unknown")[:9], []).append(r)
+    if len(by) == 1:
+        return f"commit `{next(iter(by))}`"
+    ranked = sorted(by, key=lambda c: -len(by[c]))
+    parts = []
+    for c in ranked[1:]:
+        scenes = {}
+        for r in by[c]:
+            scenes.setdefault(r["scene"], []).append(r["method"])
+        parts.append(f"`{c}` ({'; '.join(f'{sc}: ' + ', '.join(ms) for sc, ms in scenes.items())})")
+    return f"commits {', '.join(parts)} and `{ranked[0]}` (the other rows)"
+
+
 def page(rows: list[dict]) -> str:
     """docs/authors.md from the rows of docs/authors.json."""
     from fedray.repro import markdown_table
@@ -182,11 +201,11 @@ def page(rows: list[dict]) -> str:
         mine = sorted((r for r in rows if r["paper"] == paper),
                       key=lambda r: (scenes.index(r["scene"]), order.index(r["method"]) if r["method"] in order else 99))
         first = mine[0]
-        commits = sorted({r["fedray_commit"] or "unknown" for r in mine})
+        commits = _commits_text(mine)
         lines += [f"## {paper}", "",
                   f"The authors' code: `{first['authors_repo']}` at commit `{first['authors_commit'][:9]}`"
                   + (" (with local changes)" if any(r["authors_dirty"] for r in mine) else "")
-                  + f"; fedray at commit {', '.join(f'`{c[:9]}`' for c in commits)}"
+                  + f"; fedray at {commits}"
                   + (" (with local changes)" if any(r["fedray_dirty"] for r in mine) else "")
                   + f". Measure: {first['measure']}. Seeds: each varies the split; a row's are in its n column "
                   "(seeds 0 to n - 1).", ""]

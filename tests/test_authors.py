@@ -105,6 +105,9 @@ def test_the_page_counts_the_verdicts_and_names_the_settings_that_differ_by_meth
     assert "| fedgen | FedGen | alpha 1 | 2 | 81.00 | 80.25 | +3.00 [+2.00, +4.00] | differs (cause 1) | 2.0 / 3.0 |" in caused
     assert "1. the paper's rule." in caused and "| rounds | 100; 50 (by scene) |" in caused
     assert "`zhuangdizhu/FedGen` at commit `dd5807c56`; fedray at commit `80a9260aa`." in text
+    # a paper's rows from two commits: the rarer one names its rows
+    later = authors.page([*rows, {**rows[0], "scene": "alpha 1", "fedray_commit": "1234567bbbbbbbbb"}])
+    assert "fedray at commits `1234567bb` (alpha 1: fedavg) and `80a9260aa` (the other rows)." in later
 
 
 def test_a_row_holds_one_fedray_commits_runs_and_the_code_tracker_variant_runs_table_code():
