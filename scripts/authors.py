@@ -52,7 +52,11 @@ CAUSES: dict[tuple[str, str], str] = {
                       "code's rules (mrtf_code) fedray agrees with the code",
     ("MrTF", "al"): "the paper's rules against the code's: fedray's al is the paper's AL (Adam lr 3e-4, the refined model "
                     "broadcast); under the code's FedDF rules (al_code: targets softened to the power 0.75, Adam lr 1e-3 "
-                    "with a cosine schedule and clipping, the plain aggregate broadcast) fedray agrees with the code"}
+                    "with a cosine schedule and clipping, the plain aggregate broadcast) fedray agrees with the code",
+    ("FedAUX", "fedaux"): "the paper's rules against the code's: fedray's fedaux fits the certainty scorer under the "
+                          "paper's J with lambda / N (eq. 7.7), whose weights (norm about 1) lie below the privacy "
+                          "noise, so the scores hardly rank; the code fits sklearn's C = 1 / lambda (norm 34-42), and "
+                          "under that rule (fedaux_code, fedaux_code_gamma) fedray agrees with the code"}
 
 
 def checkout_commit(path: Path) -> tuple[str, bool]:
