@@ -102,7 +102,7 @@ class RayExecutor(Executor):
         self.fold_groups = config.runtime.fold_groups
         self.fold_group = fold_groups([spec.client_id for spec in specs], self.fold_groups)
         # an explicit clients_per_actor is a layout the user asked for: keep every client at home
-        self.pinned = method.stateful or config.runtime.clients_per_actor != "auto"
+        self.pinned = method.keeps_state(config) or config.runtime.clients_per_actor != "auto"
         # actors that train their tasks as cohorts get them all at once (a cohort per call, not a task)
         self.together = method.vectorizes(config.runtime)
         self.placements: list = [None] * len(self.actors)  # until set up (a hand-over may drop some first)

@@ -287,6 +287,10 @@ class TrainingConfig(_Section):
     decays the local lr, so the default keeps it fixed; ``fedray.observers.LocalLrDecay``)."""
 
     optimizer: Literal["sgd", "adam"] = "sgd"
+    # fresh: a new optimiser for each local training (SGD_E of every paper of the seeds); keep: each
+    # client's optimiser state (Adam's moments and step count, SGD's momentum) carried from its last
+    # training to its next, in ``client.state`` (FedAUX's code: one Adam per client for the whole run)
+    optimizer_state: Literal["fresh", "keep"] = "fresh"
     lr: float = Field(0.05, gt=0)
     lr_decay: float = Field(1.0, gt=0, le=1)
     momentum: float = Field(0.0, ge=0, lt=1)
@@ -548,6 +552,13 @@ class Config(_Section):
             unknown = sorted(set(names) - set(archs))
             raise ValueError(f"runtime.vectorize names {shown(unknown)}, which are not among the run's architectures "
                              f"{shown(archs)}")
+        return self
+
+    @model_validator(mode="after")
+    def _kept_optimizer_trains_alone(self) -> "Config":
+        if self.training.optimizer_state == "keep" and self.runtime.vectorize:
+            raise ValueError("training.optimizer_state = keep carries each client's own optimiser state, which "
+                             "clients training as one cohort do not have; set runtime.vectorize: false")
         return self
 
     @model_validator(mode="after")

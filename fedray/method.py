@@ -16,7 +16,7 @@ import torch
 from pydantic import ValidationError
 
 from fedray.algorithms import ALGORITHMS
-from fedray.algorithms.base import ClientAlgorithm, Params, ServerContext, Strategy
+from fedray.algorithms.base import ClientAlgorithm, Params, ServerContext, Strategy, Trained
 from fedray.algorithms.head_sharing import HeadSharingParams
 from fedray.config import Config, ConfigError, RuntimeConfig, check_values, format_error
 from fedray.data import dataset_names
@@ -46,6 +46,11 @@ class Method:
     def stateful(self) -> bool:
         """Whether the clients keep state between rounds with these parameters (they stay at home)."""
         return self.client.keeps_state(self.params)
+
+    def keeps_state(self, config: Config) -> bool:
+        """Whether the clients keep state between rounds in a run of ``config``: with these parameters,
+        or because each keeps its optimiser (``training.optimizer_state: keep``)."""
+        return self.stateful or config.training.optimizer_state == "keep"
 
     @property
     def cohort_refusal(self) -> Optional[str]:
@@ -92,6 +97,9 @@ def resolve(config: Config) -> Method:
     except ValidationError as err:
         raise ConfigError(format_error(err, prefix="algorithm.")) from None
     problem = strategy.config_problem(config, params)
+    if config.training.optimizer_state == "keep" and strategy.Client.update_kind is not Trained:
+        problem = (f"bad config value training.optimizer_state = keep: {name}'s clients send a gradient and do "
+                   f"not train locally, so there is no optimiser to keep; remove it")
     if problem:
         raise ConfigError(problem)
     _check_names(config)

@@ -7,6 +7,7 @@ run is reproducible and a resumed run repeats an uninterrupted one exactly.
 
 from __future__ import annotations
 
+import copy
 import math
 from dataclasses import dataclass
 from typing import Any, Callable, Iterator, Optional, Sequence
@@ -36,13 +37,26 @@ class Step:
 ExtraLoss = Callable[[torch.nn.Module, Step], torch.Tensor]
 
 
-def make_optimizer(model: torch.nn.Module, cfg: TrainingConfig, freeze_features: bool = False) -> torch.optim.Optimizer:
+def make_optimizer(model: torch.nn.Module, cfg: TrainingConfig, freeze_features: bool = False,
+                   state: Optional[dict[int, dict[str, Any]]] = None) -> torch.optim.Optimizer:
     """The optimiser named in ``cfg`` (local training, or ``DistillParams`` with the same fields), over
-    every parameter, or over the head's alone with ``freeze_features`` (FedAUX's "+L" setting)."""
+    every parameter, or over the head's alone with ``freeze_features`` (FedAUX's "+L" setting).
+    ``state``: the per-parameter state an earlier optimiser of the same parameters left
+    (:func:`optimizer_state`), taken over as it is; the learning rate and the rest come from ``cfg``."""
     params = model.classifier.parameters() if freeze_features else model.parameters()
     if cfg.optimizer == "sgd":
-        return torch.optim.SGD(params, lr=cfg.lr, momentum=cfg.momentum, weight_decay=cfg.weight_decay)
-    return torch.optim.Adam(params, lr=cfg.lr, weight_decay=cfg.weight_decay)
+        optimizer = torch.optim.SGD(params, lr=cfg.lr, momentum=cfg.momentum, weight_decay=cfg.weight_decay)
+    else:
+        optimizer = torch.optim.Adam(params, lr=cfg.lr, weight_decay=cfg.weight_decay)
+    if state:
+        optimizer.load_state_dict({"state": copy.deepcopy(state), "param_groups": optimizer.state_dict()["param_groups"]})
+    return optimizer
+
+
+def optimizer_state(optimizer: torch.optim.Optimizer) -> dict[int, dict[str, Any]]:
+    """A copy of ``optimizer``'s per-parameter state (Adam's moments and step counts, SGD's momentum
+    buffers), by parameter index: what ``make_optimizer`` takes back to go on where it stopped."""
+    return copy.deepcopy(optimizer.state_dict()["state"])
 
 
 def train_mode(model: torch.nn.Module, freeze_features: bool = False) -> None:
@@ -85,6 +99,7 @@ def local_train(
     generator: torch.Generator,
     extra_loss: Optional[ExtraLoss] = None,
     freeze_features: bool = False,
+    optimizer: Optional[torch.optim.Optimizer] = None,
 ) -> dict[str, float]:
     """Train ``model`` in place on (x, y); return the mean training loss and the step count.
 
@@ -97,9 +112,10 @@ def local_train(
             ``needs_features`` set gets the batch's features too (the model must then have
             ``features`` and ``head``, as every ``FedModel`` does).
         freeze_features: train the head only (``pretrain.freeze_features``).
+        optimizer: the optimiser to step (over ``model``'s parameters); default: a fresh one of ``cfg``.
     """
     train_mode(model, freeze_features)
-    optimizer = make_optimizer(model, cfg, freeze_features)
+    optimizer = optimizer or make_optimizer(model, cfg, freeze_features)
     total, steps = 0.0, 0
     with_features = getattr(extra_loss, "needs_features", False)
     for idx in batch_indices(len(x), cfg.batch_size, num_local_steps(len(x), cfg), generator):

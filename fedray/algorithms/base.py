@@ -41,7 +41,7 @@ from fedray.config import Config, TrainingConfig
 from fedray.fold import Sums, Terms, add_terms
 from fedray.messages import ClientSpec, ClientTask, ClientUpdate, RoundPlan
 from fedray.cohort import CohortClient, StackedLoss, train_cohort
-from fedray.training import ExtraLoss, local_train
+from fedray.training import ExtraLoss, local_train, make_optimizer, optimizer_state
 from fedray.weights import Weights, get_weights, set_weights
 
 
@@ -157,7 +157,8 @@ class ClientAlgorithm:
         self.build_model = build_model
         self._models: dict[str, torch.nn.Module] = {}
         self._initial = initial_models or {}
-        self.stateful = self.keeps_state(params)  # type: ignore[misc]  # this run's answer to the class's default
+        # this run's answer to the class's default (``Method.keeps_state``)
+        self.stateful = self.keeps_state(params) or config.training.optimizer_state == "keep"  # type: ignore[misc]
 
     def initial(self, arch: str) -> Weights:
         """theta^0 of ``arch``, as the server has it (pre-trained features, if any); do not change it."""
@@ -198,8 +199,12 @@ class ClientAlgorithm:
         set_weights(model, theta)
         generator = torch.Generator().manual_seed(task.seed)
         torch.manual_seed(task.seed)  # dropout and other in-model randomness
-        stats = local_train(model, client.x, client.y, self.training(task), generator, self.extra_loss(model, task),
-                            self.config.pretrain.freeze_features)
+        cfg, freeze = self.training(task), self.config.pretrain.freeze_features
+        kept = cfg.optimizer_state == "keep"  # the optimiser goes on from the client's last training
+        optimizer = make_optimizer(model, cfg, freeze, client.state.get("optimizer")) if kept else None
+        stats = local_train(model, client.x, client.y, cfg, generator, self.extra_loss(model, task), freeze, optimizer)
+        if kept:
+            client.state["optimizer"] = optimizer_state(optimizer)
         return Trained(get_weights(model), stats)
 
     def training(self, task: ClientTask) -> TrainingConfig:

@@ -256,7 +256,7 @@ class FD(DistillationStrategy):
             self.down[arch] = quantized(teacher.numpy(), p.b_down, seed)
             target = torch.from_numpy(as_probs(self.down[arch], p.b_down))
             init = self.start[arch] if p.mode == "init_previous" else self.random_init(arch, round + 1)
-            self.start[arch], stats = self.distill_weights(arch, init, target, p.distill, round + 1)
+            self.start[arch], stats = self.distill_weights(arch, init, target, p.distill, round + 1, "/start")
             if p.mode != "dual":
                 self.models[arch] = self.start[arch]
                 metrics[f"distill/loss/{arch}"] = stats["loss"]

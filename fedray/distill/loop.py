@@ -35,19 +35,25 @@ class DistillParams(BaseModel):
     temperature: float = Field(1.0, gt=0)
     schedule: Literal["constant", "cosine"] = "constant"  # cosine: the lr annealed to 0 over the steps
     clip_norm: Optional[float] = Field(None, gt=0)  # the gradient's norm clipped to this before each step
+    # fresh: a new optimiser for each distillation (the papers); keep: the server's optimiser of each
+    # student goes on from its last distillation (FedAUX's code keeps one Adam per model, fl_devices.py:131)
+    optimizer_state: Literal["fresh", "keep"] = "fresh"
 
 
 def distill(model: torch.nn.Module, x: torch.Tensor, target: torch.Tensor, params: DistillParams,
-            generator: torch.Generator, freeze_features: bool = False) -> dict[str, float]:
+            generator: torch.Generator, freeze_features: bool = False,
+            optimizer: Optional[torch.optim.Optimizer] = None) -> dict[str, float]:
     """Distil ``model`` in place on inputs ``x`` towards soft labels ``target`` (N, C).
 
     Returns the mean KL loss over the steps and the step count. The batch order comes from
     ``generator``, so the same seed gives the same student. ``freeze_features`` distils the head only.
+    ``optimizer``: the optimiser to step (over ``model``'s parameters); default: a fresh one of ``params``.
     """
     if len(x) != len(target):
         raise ValueError(f"{len(x)} distillation inputs but {len(target)} soft labels")
     train_mode(model, freeze_features)
-    optimizer = make_optimizer(model, params, freeze_features)  # the local-training helpers read the same fields
+    # the local-training helpers read the same fields
+    optimizer = optimizer or make_optimizer(model, params, freeze_features)
     t = params.temperature
     total, steps, count = 0.0, 0, num_local_steps(len(x), params)
     schedule = torch.optim.lr_scheduler.CosineAnnealingLR(optimizer, max(count, 1)) if params.schedule == "cosine" else None

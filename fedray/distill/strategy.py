@@ -9,7 +9,7 @@ the architectures (:meth:`DistillationStrategy.pooled_mean`).
 
 from __future__ import annotations
 
-from typing import Optional, Sequence
+from typing import Any, Optional, Sequence
 
 import numpy as np
 import torch
@@ -19,7 +19,7 @@ from fedray.config import Config
 from fedray.distill.ensemble import predict_logits
 from fedray.distill.loop import DistillParams, distill
 from fedray.fold import Sums
-from fedray.training import evaluate
+from fedray.training import evaluate, make_optimizer, optimizer_state
 from fedray.weights import Weights, get_weights, set_weights
 
 
@@ -41,6 +41,8 @@ class DistillationStrategy(Strategy):
         self.test_x = torch.from_numpy(np.ascontiguousarray(self.ctx.test_x)).to(device)
         self.test_y = torch.from_numpy(np.ascontiguousarray(self.ctx.test_y)).to(device)
         self._work: dict[str, torch.nn.Module] = {}
+        # each student's optimiser state, by slot, under ``distill.optimizer_state: keep`` (checkpointed)
+        self.distill_optimizers: dict[str, dict[int, dict[str, Any]]] = {}
 
     def work_model(self, arch: str, weights: Weights | None = None) -> torch.nn.Module:
         """The server's working model of ``arch`` (built once), loaded with ``weights`` if given."""
@@ -56,14 +58,29 @@ class DistillationStrategy(Strategy):
         return get_weights(self.ctx.build_model(arch))
 
     def distill_weights(self, arch: str, weights: Weights, target: torch.Tensor, params: DistillParams,
-                        round: int) -> tuple[Weights, dict[str, float]]:
-        """``weights`` distilled on the auxiliary inputs towards ``target``; seeded by (seed, round, arch)."""
+                        round: int, slot: str = "") -> tuple[Weights, dict[str, float]]:
+        """``weights`` distilled on the auxiliary inputs towards ``target``; seeded by (seed, round, arch).
+        Under ``params.optimizer_state: keep`` the optimiser goes on from the last distillation of the
+        same student: ``arch`` with ``slot`` (a method that distils two students of one architecture
+        names the second)."""
         model = self.work_model(arch, weights)
         seed = task_seed(self.config.seed, round, 2**40 + self.ctx.architectures.index(arch))
         torch.manual_seed(seed)  # dropout
+        freeze, key = self.config.pretrain.freeze_features, arch + slot
+        kept = params.optimizer_state == "keep"
+        optimizer = make_optimizer(model, params, freeze, self.distill_optimizers.get(key)) if kept else None
         stats = distill(model, self.aux, target.to(self.aux.device), params, torch.Generator().manual_seed(seed),
-                        self.config.pretrain.freeze_features)
+                        freeze, optimizer)
+        if kept:
+            self.distill_optimizers[key] = optimizer_state(optimizer)
         return get_weights(model), stats
+
+    def state_dict(self) -> dict[str, Any]:
+        return {**super().state_dict(), "distill_optimizers": self.distill_optimizers}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        super().load_state_dict(state)
+        self.distill_optimizers = state.get("distill_optimizers", {})
 
     def test_accuracy(self, arch: str, weights: Weights) -> float:
         model = self.work_model(arch, weights)
