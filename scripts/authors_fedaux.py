@@ -39,9 +39,17 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))  # repro_fedaux, grid_r
 # code's C with the code's (Alg. 14's) gamma_i
 METHODS = {"fedavg": "FedAVG", "fedprox": "FedPROX", "feddf": "FedDF", "fedavg_p": "FedAVG+P",
            "fedprox_p": "FedPROX+P", "feddf_p": "FedDF+P", "fedaux": "FedAUX", "fedaux_code": "FedAUX",
-           "fedaux_code_gamma": "FedAUX"}
+           "fedaux_code_gamma": "FedAUX", "fedavg_code": "FedAVG", "fedprox_code": "FedPROX", "feddf_code": "FedDF",
+           "fedavg_p_code": "FedAVG+P", "fedprox_p_code": "FedPROX+P", "feddf_p_code": "FedDF+P"}
+# the code's rules for a baseline: each client's Adam lives for the whole run (fl_devices.py:53), the
+# server's distillation Adam too (:131), and the mean is unweighted (:148-152)
+CODE_RULES = ["training.optimizer_state=keep", "algorithm.weighted=false"]
+DISTILL_RULES = CODE_RULES + ["algorithm.distill.optimizer_state=keep"]
 # a method of this adapter's own: repro_fedaux's method it is, and the overrides added to it
-VARIANTS = {"fedaux_code_gamma": ("fedaux_code", ["algorithm.normaliser=paper"])}
+VARIANTS = {"fedaux_code_gamma": ("fedaux_code", ["algorithm.normaliser=paper"]),
+            "fedavg_code": ("fedavg", CODE_RULES), "fedprox_code": ("fedprox", CODE_RULES),
+            "feddf_code": ("feddf", DISTILL_RULES), "fedavg_p_code": ("fedavg_p", CODE_RULES),
+            "fedprox_p_code": ("fedprox_p", CODE_RULES), "feddf_p_code": ("feddf_p", DISTILL_RULES)}
 PRETRAINED = "theta0_pretrained.pth"  # fedray's SimCLR-pre-trained theta^0 (+P, FedAUX)
 RANDOM = "theta0.pth"  # fedray's random theta^0
 AUX = "fedray_aux"  # the code's distill_dataset name for fedray's auxiliary set
@@ -80,14 +88,16 @@ ADAPTATIONS = [
 # where the two sides still differ, left as they are (file:line in the checkout's code/)
 UNALIGNED = [
     "the code's Adam optimisers live for the whole run, one per client (`fl_devices.py:53`) and one for the server's "
-    "distillation (`:131`); fedray starts a fresh Adam for each local training and each distillation",
+    "distillation (`:131`); fedray starts a fresh Adam for each local training and each distillation, except in "
+    "the baselines' `_code` methods (`training.optimizer_state: keep`, and `distill.optimizer_state: keep` for "
+    "FedDF), and the FedAUX rules keep fresh ones",
     "the code's FedAUX scorer is sklearn's `LogisticRegression(C=1/lambda)` with an intercept, lbfgs at sklearn's tol "
     "1e-4, labels own 0 / public 1, and noise on coefficients and intercept from numpy's global generator "
     "(`fl_devices.py:84-113`); fedray's `regularization: code` has C = 1/lambda too, but no intercept (the paper's "
     "scorer has none) and tol 1e-10, and its default `normaliser: public` takes gamma from D^- alone where the code's "
     "gamma_i is over D_i and D^- (`normaliser: paper`, method `fedaux_code_gamma`)",
-    "the code's FedAvg mean is unweighted (`fl_devices.py:148-152`), fedray's weighted by |D_i| (`weighted: true`); "
-    "the client sizes differ by a few samples in 2,750 here",
+    "the code's FedAvg mean is unweighted (`fl_devices.py:148-152`), fedray's weighted by |D_i| (`weighted: true`) "
+    "except in the baselines' `_code` methods; the client sizes differ by a few samples in 2,750 here",
     "the batch orders and the noise come from other generators"]
 # what is not compared, and why
 NOT_COMPARED = [
