@@ -179,6 +179,31 @@ def test_stateful_stc_on_actors_resumes_exactly(local_ray, tmp_path):
     assert whole["comm"]["comm/bytes_up_total"] * 50 < fedavg_model_bytes * 4 * 6 / 2  # far below dense uploads
 
 
+def test_kept_optimizers_stay_with_their_clients_on_actors_and_resume_exactly(local_ray, tmp_path):
+    """training.optimizer_state: keep makes FedAvg's clients stateful: each trains on its home actor,
+    where its Adam lives, and the Adams go into the checkpoint and come back; stopped after round 2
+    and resumed on actors, the run ends where the uninterrupted run on the same actors ends (the
+    homes fix the order the hosts' sums are added in, ``fedray.fold``)."""
+    tree = {"training": {"optimizer": "adam", "lr": 0.005, "batch_size": 32, "steps": 5, "optimizer_state": "keep"},
+            "runtime": {"actor_cpus": 1, "clients_per_actor": "auto", "torch_threads": 1}}
+    whole = run_experiment(small_config(**tree, federation={"rounds": 4}, checkpoint_every=2), tmp_path / "whole",
+                           progress=False)
+    run_experiment(small_config(**tree, federation={"rounds": 2}, checkpoint_every=2), tmp_path / "split",
+                   progress=False)
+    resumed = run_experiment(small_config(**tree, federation={"rounds": 4}, checkpoint_every=2), tmp_path / "split",
+                             resume=True, progress=False)
+    assert resumed["final"] == whole["final"] and resumed["executor"]["backend"] == "ray"
+    a = read_checkpoint(tmp_path / "whole" / CHECKPOINT)["clients"]
+    b = read_checkpoint(tmp_path / "split" / CHECKPOINT)["clients"]
+    kept = [cid for cid, state in a.items() if "optimizer" in state]
+    assert kept and kept == [cid for cid, state in b.items() if "optimizer" in state]
+    for cid in kept:  # five Adam steps for each round the client trained, the same moments on both
+        steps = {float(s["step"]) for s in a[cid]["optimizer"].values()}
+        assert len(steps) == 1 and steps.pop() % 5 == 0
+        for index, state in a[cid]["optimizer"].items():
+            assert torch.equal(state["exp_avg_sq"], b[cid]["optimizer"][index]["exp_avg_sq"])
+
+
 def test_vectorised_cohorts_on_actors_match_the_sequential_run(local_ray, tmp_path):
     """runtime.vectorize on Ray: each actor gets its share of the round in one batch and trains it as
     cohorts, one per architecture; the run ends where the sequential one (local backend) does, up to
