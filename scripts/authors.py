@@ -57,6 +57,15 @@ CAUSES: dict[tuple[str, str], str] = {
                           "paper's J with lambda / N (eq. 7.7), whose weights (norm about 1) lie below the privacy "
                           "noise, so the scores hardly rank; the code fits sklearn's C = 1 / lambda (norm 34-42), and "
                           "under that rule (fedaux_code, fedaux_code_gamma) fedray agrees with the code"}
+# FedAUX's baselines: the paper trains each client from the broadcast model (Alg. 1, theta_i <- train(theta, D_i))
+# and says nothing of optimiser state between rounds; its code keeps every Adam for the whole run
+for _m, _what in (("fedavg", ""), ("fedprox", ""), ("feddf", " and one for each distillation"), ("fedavg_p", ""),
+                  ("fedprox_p", ""), ("feddf_p", " and one for each distillation")):
+    CAUSES["FedAUX", _m] = (
+        f"the paper's rules against the code's: fedray's {_m} starts a fresh Adam for each local training{_what} "
+        f"and weights the mean by |D_i|; the code keeps one Adam per client{' and one per server model' if _what else ''} "
+        f"for the whole run and averages unweighted (`fl_devices.py:53`{', `:131`' if _what else ''}, `:148-152`); under "
+        f"the code's rules ({_m}_code) fedray agrees with the code")
 
 
 def checkout_commit(path: Path) -> tuple[str, bool]:
