@@ -36,6 +36,7 @@ from tests.test_golden import CONFIGS as GOLDEN, tiny  # noqa: E402
 
 DISTILL = {"distill": {"steps": 3, "lr": 1e-3}}
 AUX = {"aux": {"size": 200}}
+ONE_WIDTH = {"federation": {"architectures": {"mlp": 6}}}  # FedGen's generator feeds one feature size
 
 
 def changed(config, **sections):
@@ -54,8 +55,8 @@ def local_configs() -> dict[str, Any]:
         "fedprox_head": tiny({"name": "fedprox", "mu": 0.1, "share": "head"}),
         "fedmmd_head": tiny({"name": "fedmmd", "share": "head"}),
         "feddf_head": tiny({"name": "feddf", "share": "head", **DISTILL}, **AUX),
-        "fedgen_head": tiny({"name": "fedgen", "gen_steps": 5, "share": "head"}),
-        "fedgen_counts": tiny({"name": "fedgen", "gen_steps": 5, "teacher": "counts"}),
+        "fedgen_head": tiny({"name": "fedgen", "gen_steps": 5, "share": "head"}, **ONE_WIDTH),
+        "fedgen_counts": tiny({"name": "fedgen", "gen_steps": 5, "teacher": "counts"}, **ONE_WIDTH),
         "feddistill": tiny({"name": "feddistill"}),
         "feddistill_plus_head": tiny({"name": "feddistill", "share_models": True, "share": "head"}),
         "mrtf": tiny({"name": "mrtf", "distill": {"steps": 5}}),
@@ -64,14 +65,14 @@ def local_configs() -> dict[str, Any]:
     others = {
         "fedopt": tiny({"name": "fedopt"}),
         "central": tiny({"name": "central"}),
-        "scaffold": tiny({"name": "scaffold"}),
+        "scaffold": tiny({"name": "scaffold"}, training={"momentum": 0.0}),
         "fedmmd": tiny({"name": "fedmmd"}),
-        "fedgen": tiny({"name": "fedgen", "gen_steps": 5}),
+        "fedgen": tiny({"name": "fedgen", "gen_steps": 5}, **ONE_WIDTH),
         "feddistill_plus": tiny({"name": "feddistill", "share_models": True}),
         "mrtf_pa": tiny({"name": "mrtf", "refine": False}),
         "fedaux": tiny({"name": "fedaux", **DISTILL}, aux={"size": 200, "negatives": 0.25},
                        pretrain={"epochs": 1, "batch_size": 64}),
-        "fedavg_vectorize": tiny({"name": "fedprox", "mu": 0.1}, runtime={"vectorize": True}),
+        "fedprox_vectorize": tiny({"name": "fedprox", "mu": 0.1}, runtime={"vectorize": True}),
     }
     unfolded = {f"{name}_nofold": changed(GOLDEN[name], runtime={"fold": False}) for name in ("fedavg", "feddf", "fd", "cfd")}
     return {**configs, **gathering, **others, **unfolded}
