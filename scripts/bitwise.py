@@ -79,8 +79,9 @@ def local_configs() -> dict[str, Any]:
 
 
 def ray_configs() -> dict[str, Any]:
-    """name -> Config on a local Ray: four client hosts of half a CPU each."""
-    ray = {"backend": "ray", "num_cpus": 2, "actor_cpus": 0.5, "clients_per_actor": 2, "torch_threads": 1}
+    """name -> Config on a local Ray: four client hosts of half a CPU each; a stateless method's clients go to
+    any host (the fold tree), a stateful one's stay at home."""
+    ray = {"backend": "ray", "num_cpus": 2, "actor_cpus": 0.5, "clients_per_actor": "auto", "torch_threads": 1}
     return {f"ray_{name}": tiny(algorithm, runtime=ray, **extra) for name, (algorithm, extra) in {
         "fedavg": ({"name": "fedavg"}, {}),
         "stc": ({"name": "stc", "p_up": 0.05, "p_down": 0.05}, {}),
