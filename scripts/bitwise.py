@@ -73,6 +73,9 @@ def local_configs() -> dict[str, Any]:
         "fedaux": tiny({"name": "fedaux", **DISTILL}, aux={"size": 200, "negatives": 0.25},
                        pretrain={"epochs": 1, "batch_size": 64}),
         "fedprox_vectorize": tiny({"name": "fedprox", "mu": 0.1}, runtime={"vectorize": True}),
+        "fedavg_label_flip": tiny({"name": "fedavg"}, data={"adversaries": "label_flip", "adversary_fraction": 0.34}),
+        "fedavg_noisy": tiny({"name": "fedavg"}, data={"adversaries": "noisy", "adversary_fraction": 0.34, "noise": 0.5}),
+        "dsgd_byzantine": tiny({"name": "dsgd"}, data={"adversaries": "byzantine", "adversary_fraction": 0.34}),
     }
     unfolded = {f"{name}_nofold": changed(GOLDEN[name], runtime={"fold": False}) for name in ("fedavg", "feddf", "fd", "cfd")}
     return {**configs, **gathering, **others, **unfolded}
