@@ -22,8 +22,8 @@ from fedray.config import Config
 
 def release_free_memory() -> None:
     """Return the C heap's free pages to the system (glibc's ``malloc_trim``; elsewhere nothing).
-    A round's transient buffers (updates, evaluation batches) otherwise stay resident between rounds:
-    26-60 MB per round in W1's server. Hosts call it once a round (``HostActor._new_round``)."""
+    A round's transient buffers (updates, evaluation batches) otherwise stay resident between rounds
+    (docs/performance.md). Hosts call it once a round (``HostActor._new_round``)."""
     try:
         ctypes.CDLL("libc.so.6").malloc_trim(0)
     except (OSError, AttributeError):
@@ -62,10 +62,6 @@ class HostActor:
         return self.placement()
 
     @host_method
-    def run(self, task, *downloads):
-        return self._host().run(task, *downloads)
-
-    @host_method
     def run_batch(self, tasks, keys, *payloads):
         self._new_round(tasks)
         return self._host().run_batch(tasks, keys, *payloads)
@@ -80,9 +76,7 @@ class HostActor:
     def _new_round(self, tasks) -> None:
         """Before the first batch of a round, give back what the last round left free
         (``release_free_memory``): once a round, not after every batch, since the next batch would
-        take those pages again, each one a page fault (W1's rounds, 10 batches of one client on 2
-        hosts, took 5.3-5.5 s trimming after each batch and 4.6 s not trimming, for 40 MB more at
-        the peak)."""
+        take those pages again, each one a page fault."""
         if tasks and tasks[0].round != self._round:
             release_free_memory()
             self._round = tasks[0].round
@@ -115,9 +109,6 @@ class HostActor:
         self._host().adopt(client_ids, {cid: s for part in parts for cid, s in part.items() if cid in wanted})
         return self.host.hosted()
 
-    def hosted(self) -> list[int]:
-        return self._host().hosted()
-
     @host_method
     def pid(self) -> int:
         """The actor's process id (fault-injection tests ``kill -9`` it)."""
@@ -138,12 +129,11 @@ class ClientActor(HostActor):
 
     def __init__(self):
         """The imports a client actor needs, done before ``setup`` asks: the client code (torch with
-        it) and TorchDynamo, which ``torch.optim`` imports when an optimizer is made (1.3-1.8 s on
-        our 2-core machine). Actors start while the server loads the data, so this overlaps it
-        instead of lengthening round one. In the constructor, not in a thread of its own: Ray
-        unpickles ``setup``'s arguments (which import fedray's modules) before ``setup`` runs, and
-        two threads importing the same modules at once can fail with Python's import
-        ``_DeadlockError`` (seen once in a test run)."""
+        it) and TorchDynamo, which ``torch.optim`` imports when an optimizer is made. Actors start
+        while the server loads the data, so this overlaps it instead of lengthening round one. In
+        the constructor, not in a thread of its own: Ray unpickles ``setup``'s arguments (which
+        import fedray's modules) before ``setup`` runs, and two threads importing the same modules
+        at once can fail with Python's import ``_DeadlockError``."""
         importlib.import_module("fedray.clients")
         importlib.import_module("torch._dynamo")
 

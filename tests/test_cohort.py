@@ -29,7 +29,7 @@ import numpy as np
 import pytest
 import torch
 
-from actors.executor import RayExecutor
+from actors.dispatch import Dispatcher
 from fedray.algorithms import ALGORITHMS
 from fedray.algorithms.base import VirtualClient
 from fedray.cli import main
@@ -303,13 +303,11 @@ def test_a_vectorised_run_resumes_bit_for_bit(tmp_path):
 
 
 def test_spread_gives_each_actor_one_batch_of_equal_load():
-    executor = RayExecutor.__new__(RayExecutor)  # the split alone: no actors
-    executor.actors = [None] * 3
-    executor.slots = [SimpleNamespace(arch=None)] * 3
-    executor.sizes = {cid: size for cid, size in enumerate([90, 10, 50, 40, 30, 30, 20])}
-    tasks = [ClientTask(cid, 1, "mlp", (), 0) for cid in executor.sizes]
-    batches = executor._spread(tasks)
+    live = SimpleNamespace(slots=[SimpleNamespace(arch=None)] * 3, owner={})  # the split alone: no actors
+    dispatch = Dispatcher(live, {cid: size for cid, size in enumerate([90, 10, 50, 40, 30, 30, 20])}, {}, 1)
+    tasks = [ClientTask(cid, 1, "mlp", (), 0) for cid in dispatch.sizes]
+    batches = dispatch.spread(tasks)
     assert {i: [t.client_id for t in ts] for i, ts in batches.items()} == {0: [0], 1: [2, 5, 1], 2: [3, 4, 6]}
-    executor.slots = [SimpleNamespace(arch="mlp"), SimpleNamespace(arch="cnn"), SimpleNamespace(arch="mlp")]
-    mixed = [ClientTask(cid, 1, "cnn" if cid == 0 else "mlp", (), 0) for cid in executor.sizes]
-    assert [t.client_id for t in executor._spread(mixed)[1]] == [0]
+    live.slots = [SimpleNamespace(arch="mlp"), SimpleNamespace(arch="cnn"), SimpleNamespace(arch="mlp")]
+    mixed = [ClientTask(cid, 1, "cnn" if cid == 0 else "mlp", (), 0) for cid in dispatch.sizes]
+    assert [t.client_id for t in dispatch.spread(mixed)[1]] == [0]

@@ -1,4 +1,4 @@
-"""The round's dispatch to the client actors (``RayExecutor._balanced``), without Ray: hosts of unequal
+"""The round's dispatch to the client actors (``actors.dispatch.Dispatcher.balanced``), without Ray: hosts of unequal
 speed run the batches it submits, in order, on a simulated clock. The rule under test: no host runs
 out of work while a batch waits, not yet started, behind the running batch of another host."""
 
@@ -6,7 +6,7 @@ from types import SimpleNamespace
 
 import numpy as np
 
-from actors.executor import RayExecutor
+from actors.dispatch import Dispatcher
 from fedray.fold import fold_groups
 from fedray.messages import ClientTask
 
@@ -15,11 +15,8 @@ def dispatch(speeds: list[float], sizes: dict[int, int], round_clients: list[int
     """One round of folded blocks, as the executor hands them out, on hosts of ``speeds`` (samples
     a second); the clients each host ran, the round's end, and each moment a host ran dry while
     another had a batch queued behind its running one."""
-    executor = object.__new__(RayExecutor)  # what the dispatch reads: no actors, no Ray
-    executor.slots = [SimpleNamespace(arch=None) for _ in speeds]
-    executor.sizes = sizes
-    executor.fold_groups = groups
-    executor.fold_group = fold_groups(sorted(sizes), groups)
+    live = SimpleNamespace(slots=[SimpleNamespace(arch=None) for _ in speeds], owner={})  # no actors, no Ray
+    dispatch = Dispatcher(live, sizes, fold_groups(sorted(sizes), groups), groups)
     tasks = [ClientTask(c, 1, "cnn", (), 0) for c in round_clients]
     queues: list[list[float]] = [[] for _ in speeds]  # per host: its batches' durations, running first
     ran: list[list[int]] = [[] for _ in speeds]
@@ -28,8 +25,8 @@ def dispatch(speeds: list[float], sizes: dict[int, int], round_clients: list[int
         queues[i].append(sum(sizes[t.client_id] for t in batch) / speeds[i])
         ran[i] += [t.client_id for t in batch]
 
-    filled = {"": {executor.fold_group[c] for c in round_clients}}
-    refill = executor._balanced(tasks, submit, filled, lambda i: len(queues[i]))
+    filled = {"": {dispatch.fold_group[c] for c in round_clients}}
+    refill = dispatch.balanced(tasks, submit, filled, lambda i: len(queues[i]))
     clock, ends, starved = 0.0, [q[0] if q else None for q in queues], []
     while any(end is not None for end in ends):
         i = min((j for j, end in enumerate(ends) if end is not None), key=lambda j: ends[j])
@@ -44,7 +41,7 @@ def dispatch(speeds: list[float], sizes: dict[int, int], round_clients: list[int
 
 def test_no_host_runs_dry_while_a_batch_waits_behind_another():
     """400 random rounds (4-19 clients of 100-1,200 samples, 8-64 fold groups, a second host 0.7-1.5
-    times as fast as the first). Kept two batches deep to the end, as before, a host ran dry with a
+    times as fast as the first). Kept two batches deep to the end (no rule for the last batches), a host ran dry with a
     batch still waiting on the other in 129 of them."""
     rng = np.random.default_rng(1)
     for _ in range(400):
