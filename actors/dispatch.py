@@ -6,7 +6,7 @@ from __future__ import annotations
 import math
 from typing import Any, Callable
 
-from fedray.fold import Node, blocks
+from fedray.fold import Block, blocks
 from fedray.messages import ClientTask
 
 
@@ -101,7 +101,7 @@ class Dispatcher:
                 for group, task in grouped:
                     work[group] = work.get(group, 0.0) + self.sizes[task.client_id]
                 for level, index in blocks(work, self.fold_groups, parts):
-                    node = Node(name, level, index)
+                    node = Block(name, level, index)
                     lo, hi = node.span
                     todo.setdefault(kind, []).append((node, [t for g, t in grouped if lo <= g < hi]))
 

@@ -12,7 +12,7 @@ from ray.exceptions import RayError
 
 from actors.dispatch import Dispatcher
 from actors.recovery import ActorSet, short
-from fedray.fold import Folder, Node, Sums, TreeFolder, add_sums
+from fedray.fold import Folder, Block, Sums, TreeFolder, add_sums
 from fedray.messages import ClientTask, ClientUpdate, RoundPlan
 from fedray.weights import nbytes
 
@@ -88,13 +88,13 @@ class RoundRun:
         """Actor ``i``'s batches running or queued."""
         return sum(1 for actor, *_ in self.running.values() if actor is self.live.actors[i])
 
-    def submit(self, i: int, tasks: list[ClientTask], part: tuple = (), node: Node | None = None) -> None:
+    def submit(self, i: int, tasks: list[ClientTask], part: tuple = (), node: Block | None = None) -> None:
         keys = sorted({k for t in tasks for k in t.payload_keys})
         units = [node] if node is not None else [[self.unit[t.client_id] for t in tasks]] if self.folding else []
         batch = getattr(self.live.actors[i], self.call).remote(tasks, *units, keys, *(self.refs[k] for k in keys))
         self.running[batch] = (self.live.actors[i], tasks, self.live.restarts[i], part, node)
 
-    def again(self, actor: Any, tasks: list[ClientTask], part: tuple, node: Node | None) -> None:
+    def again(self, actor: Any, tasks: list[ClientTask], part: tuple, node: Block | None) -> None:
         """A lost batch, run again: on its actor, restarted; its actor dropped (its node left),
         on its clients' new homes when they are pinned, else whole on the least busy actor of
         its kind. A fold unit split over several homes is added when its last part is in."""

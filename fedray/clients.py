@@ -26,7 +26,7 @@ from fedray.algorithms.base import ClientAlgorithm, Gradient, LocalUpdate, Train
 from fedray.cohort import chunk_size, chunks, memory_budget
 from fedray.config import Config
 from fedray.data.shifts import apply_adversary, apply_group
-from fedray.fold import Node, Sums, TreeStack, add_terms, finite, fold_groups
+from fedray.fold import Block, Sums, TreeStack, add_terms, finite, fold_groups
 from fedray.method import Method
 from fedray.messages import ClientFailure, ClientSpec, ClientTask, ClientUpdate, one_line
 from fedray.models import model_builder
@@ -202,7 +202,7 @@ class ClientHost:
         with self._noting_gpu_memory():
             return self._run_cohorts(tasks, args)
 
-    def fold_batch(self, tasks: list[ClientTask], units: list[Hashable] | Node, keys: list[str], *payloads: Any
+    def fold_batch(self, tasks: list[ClientTask], units: list[Hashable] | Block, keys: list[str], *payloads: Any
                    ) -> tuple[list[ClientUpdate], dict[Hashable, Sums]]:
         """``run_batch`` for a method that folds (``fedray.fold``): each finite upload becomes its
         client's terms (``ClientAlgorithm.contribution``), summed in client-id order, and is dropped.
@@ -212,7 +212,7 @@ class ClientHost:
         folded, says so: ``nonfinite``) and the sums by unit or node."""
         order = sorted(range(len(tasks)), key=lambda i: tasks[i].client_id)
         tasks = [tasks[i] for i in order]
-        tree = TreeStack(units) if isinstance(units, Node) else None
+        tree = TreeStack(units) if isinstance(units, Block) else None
         units = [self.fold_group[t.client_id] for t in tasks] if tree else [units[i] for i in order]
         sums: dict[Hashable, Sums] = {}
         kept: list[ClientUpdate] = []

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any, Callable
 
 from fedray.clients import ClientHost, client_major
 from fedray.config import Config
-from fedray.fold import Node, Sums
+from fedray.fold import Block, Sums
 from fedray.messages import ClientSpec, ClientUpdate, RoundPlan
 from fedray.training import EvalPart
 from fedray.weights import Weights
@@ -101,7 +101,7 @@ class LocalExecutor(Executor):
     def fold(self, plan: RoundPlan) -> tuple[list[ClientUpdate], Sums]:
         """Every task on the one host, as the root block of the fold tree (``fedray.fold``): the
         same additions in the same order as the Ray executor makes over its actors, to the last bit."""
-        root = Node("", self.groups.bit_length() - 1, 0)
+        root = Block("", self.groups.bit_length() - 1, 0)
         updates, parts = self.host.fold_batch(plan.tasks, root, *self._broadcast(plan))
         return self._sorted(updates), parts[root] or {}
 

@@ -16,7 +16,7 @@ client nor on the order the hosts answered:
 - the clients of one *fold group* (``runtime.fold_groups`` contiguous blocks of the sorted client
   ids, :func:`fold_groups`) are folded on one host in client-id order, each term made ``c * x`` in
   float64 (the first term starts the sum: no ``0 + c * x``, which would turn -0.0 into 0.0);
-- the groups' sums are added pairwise in a fixed binary tree (:class:`Node`): a node's sum is its
+- the groups' sums are added pairwise in a fixed binary tree (:class:`Block`): a node's sum is its
   left child's plus its right child's, wherever it is made. A host that ran an aligned block of
   groups (:func:`blocks`) adds them up to the block's node (:class:`TreeStack`) and sends that one
   sum; the server adds each block to its sibling once both are in (:class:`TreeFolder`).
@@ -26,7 +26,7 @@ That is the rule wherever any actor may run any client. Where the clients stay o
 server adds the units in actor order (:class:`Folder`), which makes the rounding depend on that
 layout, as the layout already decides the homes and the cohorts.
 
-Against summing the clients one by one, as the server did before: both accumulate in float64 and
+Against summing the clients one by one on the server (``runtime.fold: false``): both accumulate in float64 and
 round once to the tensor's dtype, so they differ by at most one unit in the last place of the
 float32 result plus the float64 error of K additions, K * 2**-52 * max_i |c_i x_i| / sum_i c_i
 (``tests/test_fold.py`` holds both).
@@ -64,8 +64,8 @@ _scratch = threading.local()  # a float64 buffer per shape and thread, for c * x
 
 
 def _add_times(acc: np.ndarray, coef: Any, x: np.ndarray) -> None:
-    """acc += c * x with c * x rounded to float64 first, in a reused buffer (a fresh 13 MB array
-    per client costs its page faults); c = 1 adds x itself, which is the same (1 * x is x)."""
+    """acc += c * x with c * x rounded to float64 first, in a reused buffer (a fresh array per
+    client costs its page faults); c = 1 adds x itself, which is the same (1 * x is x)."""
     if np.ndim(coef) == 0 and coef == 1:
         np.add(acc, x, out=acc)
         return
@@ -213,7 +213,7 @@ def finite(update) -> bool:
 
 
 @dataclass(frozen=True, order=True)
-class Node:
+class Block:
     """A node of the fold tree of one kind of actor: the fold groups [index 2^level, (index + 1) 2^level).
     Its sum is its left child's plus its right child's, wherever it is made, so a host that ran an
     aligned block of groups sends one sum for the block and the server adds blocks as siblings."""
@@ -226,11 +226,11 @@ class Node:
     def span(self) -> tuple[int, int]:
         return self.index << self.level, (self.index + 1) << self.level
 
-    def parent(self) -> "Node":
-        return Node(self.kind, self.level + 1, self.index // 2)
+    def parent(self) -> "Block":
+        return Block(self.kind, self.level + 1, self.index // 2)
 
-    def sibling(self) -> "Node":
-        return Node(self.kind, self.level, self.index ^ 1)
+    def sibling(self) -> "Block":
+        return Block(self.kind, self.level, self.index ^ 1)
 
 
 def combine(left: Optional[Sums], right: Optional[Sums]) -> Optional[Sums]:
@@ -247,7 +247,7 @@ class TreeStack:
     have no clients): each group is pushed and merged with its left sibling when that is complete,
     so at most one sum per level is held."""
 
-    def __init__(self, node: Node):
+    def __init__(self, node: Block):
         self.node = node
         self.next, self.stop = node.span
         self.stack: list[tuple[int, int, Optional[Sums]]] = []  # (level, index, sum)
@@ -282,14 +282,14 @@ class TreeFolder:
         """``groups``: the tree's leaves (a power of two); ``filled``: per kind, the groups with clients."""
         self.top = groups.bit_length() - 1
         self.filled = filled
-        self.waiting: dict[Node, Optional[Sums]] = {}
+        self.waiting: dict[Block, Optional[Sums]] = {}
         self.roots: dict[str, Optional[Sums]] = {}
 
-    def empty(self, node: Node) -> bool:
+    def empty(self, node: Block) -> bool:
         lo, hi = node.span
         return not any(lo <= g < hi for g in self.filled.get(node.kind, ()))
 
-    def add(self, node: Node, sums: Optional[Sums]) -> None:
+    def add(self, node: Block, sums: Optional[Sums]) -> None:
         while node.level < self.top:
             sibling = node.sibling()
             if not self.empty(sibling):
@@ -317,8 +317,7 @@ def blocks(work: dict[int, float], groups: int, parts: int) -> list[tuple[int, i
     left (guided self-scheduling, so that the hosts finish together), largest first and in group
     order among equals (so that few sums wait for a sibling in the server); a block without
     clients is skipped. Largest first, not in group order: a fold group is never split, and one of
-    two clients handed out last ends the round on one host while the others wait (0.9 s in a round
-    of W1's, 10 clients of 0.9 s on 2 hosts, where 100 clients fill 64 groups)."""
+    two clients handed out last ends the round on one host while the others wait (docs/performance.md)."""
     prefix = np.concatenate([[0.0], np.cumsum([work.get(g, 0.0) for g in range(groups)])])
     held: list[float] = []
     out, start = [], 0

@@ -21,10 +21,10 @@ from fedray.config import TrainingConfig
 
 
 @dataclass
-class Step:
+class Batch:
     """What one local step computed on its batch, for a term added to the loss: the inputs, the
     logits, the features the logits were computed from (only where the term sets
-    ``needs_features``: the forward pass is then ``head(features(x))``, one pass as before), and
+    ``needs_features``: the forward pass is then ``head(features(x))``, still one pass), and
     the labels."""
 
     x: torch.Tensor
@@ -33,8 +33,8 @@ class Step:
     y: Optional[torch.Tensor] = None
 
 
-# a term added to the data loss each step: f(model, step) -> scalar (FedProx, SCAFFOLD, FedMMD)
-ExtraLoss = Callable[[torch.nn.Module, Step], torch.Tensor]
+# a term added to the data loss each step: f(model, batch) -> scalar (FedProx, SCAFFOLD, FedMMD)
+ExtraLoss = Callable[[torch.nn.Module, Batch], torch.Tensor]
 
 
 def make_optimizer(model: torch.nn.Module, cfg: TrainingConfig, freeze_features: bool = False,
@@ -126,7 +126,7 @@ def local_train(
         logits = model.head(features) if with_features else model(xb)
         yb = y[idx]
         loss = F.cross_entropy(logits, yb)
-        objective = loss if extra_loss is None else loss + extra_loss(model, Step(xb, logits, features, yb))
+        objective = loss if extra_loss is None else loss + extra_loss(model, Batch(xb, logits, features, yb))
         objective.backward()
         optimizer.step()
         total += float(loss.detach())

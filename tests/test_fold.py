@@ -9,7 +9,7 @@ import pytest
 from fedray.assembly import assemble
 from fedray.checkpoint import CHECKPOINT, read_checkpoint
 from fedray.federation import Federation
-from fedray.fold import Folder, Node, Sum, TreeFolder, TreeStack, add_sums, add_terms, blocks, combine, fold_groups
+from fedray.fold import Folder, Block, Sum, TreeFolder, TreeStack, add_sums, add_terms, blocks, combine, fold_groups
 from fedray.tracking import read_scalars
 from fedray.weights import weighted_mean
 from tests.test_runner import local_config
@@ -167,7 +167,7 @@ def test_the_fold_tree_gives_the_same_bits_however_it_is_cut_into_blocks_and_whe
         leaves = _leaves(groups, filled)
         sums = {}
         for level, index in cut:  # each block on its own host
-            node = Node("", level, index)
+            node = Block("", level, index)
             stack = TreeStack(node)
             for g in range(*node.span):
                 if g in leaves:
@@ -196,6 +196,6 @@ def test_the_fold_tree_gives_the_same_bits_however_it_is_cut_into_blocks_and_whe
     assert cut == [(4, 0), (0, 62), (4, 1), (3, 4), (2, 10), (2, 11), (0, 55)]  # group order among equals
     assert held == [2, 2, 1, 1, 1, 1, 1]
     with pytest.raises(ValueError, match="not after"):
-        stack = TreeStack(Node("", 2, 1))
+        stack = TreeStack(Block("", 2, 1))
         stack.push(5, {})
         stack.push(4, {})

@@ -42,7 +42,7 @@ from fedray.algorithms.helpers import mean_client_loss
 from fedray.config import Config
 from fedray.fold import Sums, Terms
 from fedray.messages import ClientTask, ClientUpdate, RoundPlan
-from fedray.training import ExtraLoss, Step
+from fedray.training import Batch, ExtraLoss
 from fedray.weights import SIMULATION, Weights
 
 
@@ -112,7 +112,7 @@ class FedDistillClient(HeadSharingClient):
         target = torch.softmax(torch.from_numpy(table), dim=1).to(self.device) if table is not None else None
         known = torch.from_numpy(have).to(self.device) if have is not None else None
 
-        def tracked(m: torch.nn.Module, step: Step) -> torch.Tensor:
+        def tracked(m: torch.nn.Module, step: Batch) -> torch.Tensor:
             y = step.y.cpu().numpy()
             np.add.at(sums, y, step.logits.detach().cpu().double().numpy())
             np.add.at(counts, y, 1)

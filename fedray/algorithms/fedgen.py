@@ -48,7 +48,7 @@ from fedray.config import BatchSize, ConfigError, Dim
 from fedray.distill.generator import Generator, draw_labels, draw_noise, train_generator
 from fedray.fold import Sums, Terms
 from fedray.messages import ClientTask, ClientUpdate, RoundPlan
-from fedray.training import ExtraLoss, Step, batch_indices, num_local_steps
+from fedray.training import Batch, ExtraLoss, batch_indices, num_local_steps
 from fedray.weights import Weights, get_weights, set_weights
 
 HEAD = (HEAD_PREFIX + "weight", HEAD_PREFIX + "bias")  # theta^p: the last, linear layer of every FedModel
@@ -125,7 +125,7 @@ class FedGenClient(HeadSharingClient):
         prior = torch.from_numpy(prior).double()
         rng = torch.Generator().manual_seed(task.seed + 1)  # its own stream: batch order and dropout as FedAvg's
 
-        def regulariser(m: torch.nn.Module, step: Step) -> torch.Tensor:
+        def regulariser(m: torch.nn.Module, step: Batch) -> torch.Tensor:
             n = step.x.shape[0]  # B_G = B
             y_hat = draw_labels(n, prior, p.labels, rng).to(self.device)
             with torch.no_grad():

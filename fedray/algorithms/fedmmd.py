@@ -36,7 +36,7 @@ from fedray.algorithms.fedavg import FedAvg, FedAvgParams
 from fedray.algorithms.head_sharing import HeadSharingClient
 from fedray.fold import Sums
 from fedray.messages import ClientTask, ClientUpdate
-from fedray.training import ExtraLoss, Step
+from fedray.training import Batch, ExtraLoss
 
 # the widths s of the authors' multi-kernel: exp(-d^2 / (2 s)) summed over them
 MULTI_WIDTHS = (1e-6, 1e-5, 1e-4, 1e-3, 1e-2, 1e-1, 1, 5, 10, 15, 20, 25, 30, 35, 100, 1e3, 1e4, 1e5, 1e6)
@@ -87,7 +87,7 @@ class FedMMDClient(HeadSharingClient):
         frozen.load_state_dict(model.state_dict())  # w^t, the broadcast model
         frozen.eval()  # the fixed stream: no dropout, BatchNorm at its running statistics
 
-        def discrepancy(m: torch.nn.Module, step: Step) -> torch.Tensor:
+        def discrepancy(m: torch.nn.Module, step: Batch) -> torch.Tensor:
             with torch.no_grad():
                 target = frozen.features(step.x) if p.layer == "features" else frozen(step.x)
             local = step.features if p.layer == "features" else step.logits

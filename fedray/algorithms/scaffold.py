@@ -35,7 +35,7 @@ from fedray.algorithms.helpers import mean_client_loss
 from fedray.config import Config
 from fedray.fold import Sums, Terms
 from fedray.messages import ClientTask, ClientUpdate, RoundPlan
-from fedray.training import ExtraLoss, Step, batch_indices
+from fedray.training import Batch, ExtraLoss, batch_indices
 from fedray.weights import Weights, set_weights
 
 
@@ -74,7 +74,7 @@ class ScaffoldClient(ClientAlgorithm):
         control, own = self._round[task.client_id]
         correction = {name: torch.from_numpy(control[name] - own[name]).to(self.device) for name in control}
 
-        def corrected(m: torch.nn.Module, step: Step) -> torch.Tensor:
+        def corrected(m: torch.nn.Module, step: Batch) -> torch.Tensor:
             return sum((p * correction[name]).sum() for name, p in m.named_parameters())
 
         return corrected

@@ -9,7 +9,7 @@ from dataclasses import replace
 
 import numpy as np
 
-from fedray.fold import Node, Sums, TreeStack, add_terms, fold_groups
+from fedray.fold import Block, Sums, TreeStack, add_terms, fold_groups
 
 
 def a_round(fed):
@@ -28,7 +28,7 @@ def fold(terms, groups: int) -> Sums:
     the fold tree (``fedray.fold.TreeStack``). One group is one sum in client-id order, as the
     server folds whole uploads (``FedDF.aggregate``, ``FD.aggregate``)."""
     group = fold_groups(terms, groups)
-    tree = TreeStack(Node("", groups.bit_length() - 1, 0))
+    tree = TreeStack(Block("", groups.bit_length() - 1, 0))
     parts: dict[int, Sums] = {}
     for cid in sorted(terms):
         arch, named = terms[cid]
