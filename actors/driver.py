@@ -104,7 +104,7 @@ def quiet_worker_deaths() -> None:
     been marked dead" for a raylet that dies: the run either survives it (a
     restarted actor or a lost node, recorded in the text ``runtime/faults``) or stops with one line
     naming it (``raylet_died`` for this machine's raylet; its log stays in the session's folder).
-    Ray's other messages print as before."""
+    Ray's other messages print as usual."""
     from ray._private import worker
 
     original = worker.print_to_stdstream
@@ -123,23 +123,22 @@ def quiet_worker_deaths() -> None:
 
 @contextmanager
 def lean_head(lean: bool = True, log_monitor: bool = False):
-    """While ``ray.init`` starts a local head, start only what a run on this machine uses. On our
-    2-core machine this takes ``ray.init`` from 3-3.5 s to about 1 s, and Ray's processes from
-    about 550 MB to 370 MB:
+    """While ``ray.init`` starts a local head, start only what a run on this machine uses (what
+    each item saves in time and memory: docs/performance.md):
 
     - no autoscaler monitor (nothing to scale on one machine) and, unless ``log_monitor``, no log
       monitor (the actors' stdout and stderr stay in the session's log files instead of being
-      copied to the console): 98 MB;
+      copied to the console);
     - no dashboard head process. Without the dashboard (``include_dashboard=False``) Ray still
-      starts it, serving only usage statistics, and waits for it to come up: 1-1.5 s and 78 MB;
+      starts it, serving only usage statistics, and waits for it to come up;
     - the node's dashboard agent runs as in a minimal Ray install (``--minimal``: no HTTP or gRPC
       server, which only a dashboard uses), so ``ray.init`` does not import the dashboard's
-      dependencies to decide that: 0.25 s (its metrics export, which it still starts, is turned off
-      by ``connect``);
+      dependencies to decide that (its metrics export, which it still starts, is turned off by
+      ``connect``);
     - ``ray.init`` waits for its raylet to register by asking the GCS every 20 ms, where Ray asks
-      every second: 0.5-1.5 s;
+      every second;
     - its processes get ``MALLOC_ARENA_MAX=2`` (unless set already): glibc's default of 8 arenas
-      per core keeps freed memory of Ray's many threads resident (about 50 MB on W1).
+      per core keeps freed memory of Ray's many threads resident.
 
     Ray's public ``init`` has no switch for any of this, so the defaults of ``RayParams``, which
     ``init`` builds, and three functions ``init`` calls are replaced for the duration of the call;

@@ -163,7 +163,7 @@ def reuse_freed_memory() -> None:
     """Let glibc keep blocks of up to 32 MB, once freed, for the next allocation instead of handing
     them back to the system (``mallopt``). A cohort's step allocates its stacked gradients anew,
     tens of MB each; mapped fresh from the system every step, their pages fault and are zeroed again
-    (15% of an MLP cohort's time on 2 cores). Actors give free memory back after each round
+    (docs/performance.md). Actors give free memory back after each round
     (``actors.client.release_free_memory``, once a round). Elsewhere than glibc, nothing."""
     try:
         libc = ctypes.CDLL("libc.so.6")

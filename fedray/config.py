@@ -396,7 +396,7 @@ class RuntimeConfig(_Section):
 
     fold: bool = Field(
         True, description="hosts sum their clients' contributions for methods whose server step needs only sums "
-                          "(fedray.fold); false: every client's update travels to the server, as before")
+                          "(fedray.fold); false: every client's update travels to the server, which adds them (for debugging)")
     fold_groups: FoldGroups = Field(
         DEFAULT_FOLD_GROUPS, ge=1,
         description="for methods whose server step needs only sums of the clients' updates: the clients' ids cut "

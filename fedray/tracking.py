@@ -45,7 +45,7 @@ WRITER_THREADS = "tensorboard.summary.writer.event_file_writer"  # the module of
 def _quiet_writer_threads() -> None:
     """Keep the traceback of a failed TensorBoard writing thread off stderr: the thread keeps the
     error, and the writer raises it again in the caller's thread at its next write, flush or close
-    (``SummaryWriter.close`` flushes first). Other threads' errors print as before."""
+    (``SummaryWriter.close`` flushes first). Other threads' errors print as usual."""
     previous = threading.excepthook
     if getattr(previous, "fedray_quiet_writers", False):
         return
@@ -114,7 +114,7 @@ def _no_purge_notes():
     """While TensorBoard reads a run's event files, keep its "Detected out of order event.step ...
     Purging expired events" warning off stderr: a resumed run's event file starts where the
     checkpoint was (a ``purge_step``), below the last rounds the stopped attempt logged, by design,
-    and TensorBoard drops those rounds as it warns. Its other messages print as before."""
+    and TensorBoard drops those rounds as it warns. Its other messages print as usual."""
     logger = logging.getLogger("tensorboard")  # where TensorBoard's event_accumulator logs
     quiet = _DropPurgeNotes()
     logger.addFilter(quiet)

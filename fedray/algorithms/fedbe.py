@@ -61,7 +61,7 @@ def gaussian_std(moments: dict[str, Sum], names: set[str]) -> dict[str, np.ndarr
     """sqrt(var) of the parameters ``names`` from one architecture's sums: var = sum_i c_i theta_i^2 /
     sum c - mean^2, in float64. The two terms cancel; their rounding is at most about
     2 (K + 1) 2^-52 of sum_i c_i theta_i^2 / sum c (K clients), so a variance below that is taken as
-    0 (a single client's is, as before folding). The std so dropped is under 2.2e-8 sqrt(K + 1) of
+    0 (a single client's is exactly 0). The std so dropped is under 2.2e-8 sqrt(K + 1) of
     the parameter's root mean square: about a float32 ulp of the sample (6e-8 to 1.2e-7 of a value)
     for tens of clients."""
     first, second = moments["model"], moments["square"]

@@ -27,7 +27,7 @@ hosts fold the uploads (:func:`fusion_terms`) and no client model nor logit reac
 
 The server adds the architectures' teacher sums (and FedBE its own teachers' outputs) and divides
 (:meth:`fedray.distill.strategy.DistillationStrategy.pooled_mean`). D_distill is fixed (no
-augmentation), so the teacher is computed once a round, as before folding. With ``runtime.fold:
+augmentation), so the teacher is computed once a round, by each client's host. With ``runtime.fold:
 false`` every upload travels to the server, which folds them itself in client-id order
 (:meth:`FedDF.aggregate`); ``share: head`` does not fold, the server keeps each client's body.
 

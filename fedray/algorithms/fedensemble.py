@@ -5,7 +5,7 @@ trained). ``eval/accuracy`` is the ensemble's; ``eval/accuracy_global`` the aver
 
 It does not fold (``fedray.fold``): the ensemble keeps every user's latest model, which no sum over
 the round's clients gives, so each model travels to the server whole. Folding the averaged model as
-well would save nothing (the same uploads are in the server anyway), so it is averaged there, as before.
+well would save nothing (the same uploads are in the server anyway), so it is averaged there.
 """
 
 from __future__ import annotations

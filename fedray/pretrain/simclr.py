@@ -201,7 +201,7 @@ def cache_key(arch: str, aux_x: np.ndarray, params: PretrainConfig, seed: int, k
     digest = hashlib.sha256(data.tobytes())
     digest.update(f"{data.shape}{data.dtype}".encode())
     settings = params.model_dump(exclude={"cache_dir", "freeze_features"})
-    if settings.get("augment") == "fedray":  # the default: keys as before the option existed
+    if settings.get("augment") == "fedray":  # the default keeps the key it had without the option: caches stay valid
         del settings["augment"]
     described = json.dumps({"arch": arch, "seed": seed, "extra": key_extra, "settings": settings,
                             "aux": digest.hexdigest()}, sort_keys=True, default=str)
