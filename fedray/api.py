@@ -185,14 +185,26 @@ class Result:
 
     @cached_property
     def history(self) -> dict[str, list[tuple[int, float]]]:
-        """Every scalar the run logged, ``{tag: [(round, value), ...]}``, read from its TensorBoard
-        event files (``fedray.tracking.read_scalars``; a resumed round counts once)."""
+        """Every scalar the run logged, ``{tag: [(round, value), ...]}``: read from its TensorBoard
+        event files (``fedray.tracking.read_scalars``; a resumed round counts once), with each
+        round's scalars as the run computed them (float64, ``history.json``) where it wrote them:
+        the event files keep float32, so only the preparation's and pre-training's values, which
+        no round holds, are float32 roundings."""
+        from fedray.checkpoint import HISTORY
         from fedray.tracking import read_scalars
 
-        return read_scalars(self.run_dir)
+        series = {tag: dict(points) for tag, points in read_scalars(self.run_dir).items()}
+        path = self.run_dir / HISTORY
+        if path.is_file():
+            for entry in json.loads(path.read_text()):
+                for tag, value in entry.items():
+                    if tag != "round":
+                        series.setdefault(tag, {})[int(entry["round"])] = float(value)
+        return {tag: sorted(points.items()) for tag, points in series.items()}
 
     def metrics(self, tag: str = "eval/accuracy") -> list[tuple[int, float]]:
-        """``[(round, value), ...]`` of one tag, e.g. ``eval/accuracy`` or ``train/loss``."""
+        """``[(round, value), ...]`` of one tag, e.g. ``eval/accuracy`` or ``train/loss``, as the run
+        computed them (:attr:`history`)."""
         if tag not in self.history:
             raise KeyError(f"{self.run_dir} logged no {tag!r}; its tags: {', '.join(sorted(self.history))}")
         return self.history[tag]

@@ -40,6 +40,7 @@ from fedray.datafile import read_header as read_file_header
 CHECKPOINT = "checkpoint.fedray"
 LEGACY_CHECKPOINT = "checkpoint.pkl"  # formats 1 and 2: a pickled state
 DIVERGED = "diverged.json"  # a run's result when it diverged (``Federation.diverged``), beside error.log
+HISTORY = "history.json"  # a finished run's scalars of every round as computed (``Federation.finish``)
 MAGIC = b"FEDRAY-CHECKPOINT\n"
 FORMAT = 3  # 2: a pickled state, the SHA-256 over it alone; 1: the round pickled before the state, no checksum
 # what may change between a run and its resume: how long it runs and how it is run, not what it is

@@ -18,7 +18,7 @@ import numpy as np
 import torch
 
 from fedray.assembly import Experiment
-from fedray.checkpoint import CHECKPOINT, DIVERGED, checkpoint_file, read_checkpoint, write_checkpoint
+from fedray.checkpoint import CHECKPOINT, DIVERGED, HISTORY, checkpoint_file, read_checkpoint, write_checkpoint
 from fedray.clients import group_test_set
 from fedray.config import save_config
 from fedray.messages import RoundPlan, RoundResult
@@ -223,6 +223,9 @@ class Federation:
         summary.update(self.strategy.summary())
         self._notify("finished", summary)
         (self.run_dir / "result.json").write_text(json.dumps(summary, indent=2))
+        # every round's scalars as computed (float64; TensorBoard's event files keep float32)
+        (self.run_dir / HISTORY).write_text(json.dumps(
+            [{k: v for k, v in h.items() if isinstance(v, (int, float))} for h in self.history]))
         (self.run_dir / DIVERGED).unlink(missing_ok=True)  # a resume that got past the round it diverged in
         self.executor.shutdown()
         return summary

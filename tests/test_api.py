@@ -13,6 +13,7 @@ import torch
 
 import fedray
 from fedray.checkpoint import CHECKPOINT, read_checkpoint
+from fedray.tracking import read_scalars
 from fedray.config import Config, ConfigError
 from fedray.data import load_dataset
 from fedray.runner import RunFailed
@@ -42,7 +43,12 @@ def test_a_run_from_a_dict_gives_its_result(finished):
     assert result.summary == saved and result.final == saved["final"] and result.summary["rounds"] == 3
     accuracy = result.metrics("eval/accuracy")
     assert [step for step, _ in accuracy] == [2, 3]  # one point per evaluated round
-    assert accuracy[-1][1] == pytest.approx(result.final["eval/accuracy"], abs=1e-6)  # TensorBoard keeps float32
+    # the values the run computed (its checkpoint's history, float64), not TensorBoard's float32 roundings
+    computed = [(h["round"], h["eval/loss"]) for h in read_checkpoint(result.run_dir / CHECKPOINT)["history"]
+                if "eval/loss" in h]
+    assert result.metrics("eval/loss") == computed and accuracy[-1][1] == result.final["eval/accuracy"]
+    assert [v for _, v in read_scalars(result.run_dir)["eval/loss"]] == [float(np.float32(v)) for _, v in computed]
+    assert any(float(np.float32(v)) != v for _, v in computed)  # a mean loss is no float32
     assert [step for step, _ in result.history["train/loss"]] == [1, 2, 3]
     assert result.summary["client_counter"]["total"] == counter.total == 6  # the user's observer ran
     with pytest.raises(KeyError, match="logged no 'eval/nothing'"):
