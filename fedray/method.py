@@ -91,6 +91,12 @@ def resolve(config: Config) -> Method:
     if "share" in values and not issubclass(strategy.Params, HeadSharingParams):  # a method takes share: head by its Params
         sharing = sorted(n for n, s in ALGORITHMS.items() if issubclass(s.Params, HeadSharingParams))
         raise ConfigError(f"bad config value algorithm.share: {name} needs whole models; share: head is for {', '.join(sharing)}")
+    unknown = sorted(key for key in values if key not in strategy.Params.model_fields)
+    if unknown:  # e.g. a file's parameters for another method, kept by an override of algorithm.name alone
+        raise ConfigError(f"unknown config key 'algorithm.{unknown[0]}': {name} has no parameter {unknown[0]!r} "
+                          f"(`fedray methods` lists its parameters); to switch a config's method by an override, "
+                          f"replace the whole section, algorithm={{name: {name}}}: algorithm.name={name} keeps the "
+                          f"file's other algorithm keys")
     check_values(strategy.Params, values, "algorithm.")  # booleans as numbers, integer caps, float32 range
     try:
         params = strategy.Params(**values)

@@ -63,10 +63,23 @@ def test_unknown_model_dataset_and_algorithm():
 
 
 def test_algorithm_params_are_checked_against_the_method():
-    assert message({"algorithm": {"name": "fedavg", "mu": 0.1}}) == "unknown config key 'algorithm.mu'"
+    assert message({"algorithm": {"name": "fedavg", "mu": 0.1}}).startswith(
+        "unknown config key 'algorithm.mu': fedavg has no parameter 'mu'")
     assert "algorithm.mu = -1" in message({"algorithm": {"name": "fedprox", "mu": -1}})
     config = build_config({"algorithm": {"name": "fedprox", "mu": 0.5}})
     assert resolve(config).params.mu == 0.5
+
+
+def test_switching_the_method_by_override_replaces_its_section(tmp_path):
+    """algorithm.name=stc keeps the file's FedProx mu, which STC refuses with the fix in the line;
+    algorithm={name: stc} replaces the section and resolves."""
+    path = write(tmp_path, "name: t\nalgorithm: {name: fedprox, mu: 0.1}\n")
+    with pytest.raises(ConfigError) as err:
+        resolve(load_config(path, ["algorithm.name=stc"]))
+    assert str(err.value).startswith("unknown config key 'algorithm.mu': stc has no parameter 'mu'")
+    assert "replace the whole section, algorithm={name: stc}" in str(err.value)
+    assert resolve(load_config(path, ["algorithm={name: stc}"])).params.p_up == resolve(
+        build_config({"algorithm": {"name": "stc"}})).params.p_up
 
 
 def test_overrides_are_typed(tmp_path):
