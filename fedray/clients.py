@@ -22,17 +22,19 @@ from typing import Any, Callable, Hashable, Iterator
 import numpy as np
 import torch
 
-from fedray.algorithms.base import ClientAlgorithm, Gradient, LocalUpdate, Trained, VirtualClient, task_seed
+from fedray.algorithms.base import ClientAlgorithm, LocalUpdate, VirtualClient, task_seed
+from fedray.attacks import make_attack
 from fedray.cohort import chunk_size, chunks, memory_budget
 from fedray.config import Config
-from fedray.data.shifts import apply_adversary, apply_group
+from fedray.data.shifts import apply_group
 from fedray.fold import Block, Sums, TreeStack, add_terms, finite, fold_groups
 from fedray.method import Method
 from fedray.messages import ClientFailure, ClientSpec, ClientTask, ClientUpdate, one_line
 from fedray.models import model_builder
+from fedray.plugins import load_attack
 from fedray.training import (EvalPart, cap_gpu_memory, evaluate_part, gpu_memory_note, resolve_device,
                              set_torch_threads)
-from fedray.weights import Weights, all_finite, is_update, nbytes, set_weights
+from fedray.weights import Weights, all_finite, nbytes, set_weights
 
 
 def client_major(x: np.ndarray, y: np.ndarray, specs: list[ClientSpec]
@@ -47,22 +49,6 @@ def client_major(x: np.ndarray, y: np.ndarray, specs: list[ClientSpec]
     ends = np.cumsum(sizes)
     spans = {spec.client_id: (int(end - size), int(end)) for spec, size, end in zip(specs, sizes, ends)}
     return x[order], y[order], spans
-
-
-def byzantine_update(algorithm: ClientAlgorithm, task: ClientTask, theta: Weights) -> LocalUpdate:
-    """Thesis section 6.7: a Byzantine client draws its update from N(0, I) instead of computing it.
-
-    For a method whose clients train (``Trained``) that is theta + xi on every floating tensor; for
-    one whose clients send a gradient (``Gradient``, DSGD) it is xi in place of the gradient.
-    """
-    rng = np.random.default_rng(task.seed)
-    metrics = {"loss": float("nan"), "steps": 0.0}
-    if algorithm.update_kind is Gradient:
-        params = {name for name, _ in algorithm.model(task.arch).named_parameters()}
-        grad = {k: rng.standard_normal(v.shape).astype(v.dtype) for k, v in theta.items() if k in params}
-        return Gradient(grad, {k: v.copy() for k, v in theta.items() if k not in params}, metrics)
-    return Trained({k: (v + rng.standard_normal(v.shape)).astype(v.dtype) if is_update(v) else v.copy()
-                    for k, v in theta.items()}, metrics)
 
 
 @contextmanager
@@ -90,16 +76,15 @@ def prepare_task(algorithm: ClientAlgorithm, task: ClientTask, downloads: tuple[
 
 def run_task(algorithm: ClientAlgorithm, task: ClientTask, downloads: tuple[Any, ...],
              client: VirtualClient) -> ClientUpdate:
-    """One client's round: the method's ``receive``, ``train`` (an adversary's drawn update in its
-    place) and ``upload``, timed, with the upload's bytes counted. A failure becomes a
+    """One client's round: the method's ``receive``, ``train`` (an adversary's attack may send an
+    update of its own in its place: ``fedray.attacks``) and ``upload``, timed, with the upload's bytes counted. A failure becomes a
     ``ClientFailure`` naming the client, the round, the step and the whole traceback."""
     start = time.perf_counter()
     with failing_as(task, "download"):
         theta = algorithm.receive(task, downloads, client)
     with failing_as(task, "local training"):
-        if client.spec.role == "byzantine":
-            local = byzantine_update(algorithm, task, theta)
-        else:
+        local = client.attack.update(algorithm, task, theta) if client.attack is not None else None
+        if local is None:
             local = algorithm.train(task, theta, client)
     return finish_task(algorithm, task, theta, local, client, time.perf_counter() - start)
 
@@ -146,6 +131,7 @@ class ClientHost:
         aux = None if aux_x is None else torch.from_numpy(np.array(aux_x)).to(self.device)  # own, writable copy
         self.algorithm = method.make_client(config, build, self.device, aux, initial_models)
         self.config, self.num_classes, self.build = config, num_classes, build
+        self.attack = make_attack(config.data, load_attack)  # what the adversaries among the clients do
         self._eval_models: dict[str, torch.nn.Module] = {}  # a model per architecture, to evaluate on
         self._test_sets: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}  # by group
         self.train_x, self.train_y, self.spans = train_x, train_y, spans
@@ -171,13 +157,14 @@ class ClientHost:
         else:
             x, y = self.train_x[spec.indices], self.train_y[spec.indices]
         x, y = apply_group(x, y, d.group_shift, spec.group, d.groups, self.num_classes, d.seed)
-        if spec.role != "benign":
-            x, y = apply_adversary(x, y, spec.role, d.noise, task_seed(d.seed, 0, spec.client_id))
+        attack = self.attack if spec.role != "benign" else None
+        if attack is not None:
+            x, y = attack.data(x, y, task_seed(d.seed, 0, spec.client_id))
         with warnings.catch_warnings():  # a view of Ray's read-only object store: torch warns, reads fine
             warnings.filterwarnings("ignore", "The given NumPy array is not writable")
             x = torch.from_numpy(np.ascontiguousarray(x)).to(self.device)
             y = torch.from_numpy(np.ascontiguousarray(y)).to(self.device)
-        return VirtualClient(spec, x, y)
+        return VirtualClient(spec, x, y, attack=attack)
 
     def _client(self, task: ClientTask) -> VirtualClient:
         if task.client_id in self.clients:

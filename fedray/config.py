@@ -207,9 +207,21 @@ class DataConfig(_Section):
     # client groups and adversaries (fedray.data.shifts; thesis chapter 6)
     groups: int = Field(1, ge=1)
     group_shift: Literal["none", "label_swap", "label_permutation", "rotation"] = "none"
-    adversaries: Literal["none", "byzantine", "label_flip", "noisy"] = "none"
+    adversaries: Union[Literal["none", "byzantine", "label_flip", "noisy"], str] = Field(
+        "none", description="what a fraction of the clients do (fedray.attacks): none, byzantine, label_flip, noisy, "
+                            "or an attack of your own as package.module:Class")
     adversary_fraction: float = Field(0.3, ge=0, lt=1)
+    adversary_options: dict[str, Any] = Field(default_factory=dict, description="keyword arguments of an attack "
+                                                                                "of your own")
     noise: float = Field(10.0, ge=0)
+
+    @field_validator("adversaries")
+    @classmethod
+    def _attack(cls, value: str) -> str:
+        if value not in ("none", "byzantine", "label_flip", "noisy") and ":" not in value:
+            raise ValueError("valid attacks are none, byzantine, label_flip, noisy (or an attack of your own as "
+                             "package.module:Class)")
+        return value
 
     @model_validator(mode="after")
     def _rotation_quarters(self) -> "DataConfig":

@@ -18,11 +18,13 @@ from pydantic import ValidationError
 from fedray.algorithms import ALGORITHMS
 from fedray.algorithms.base import ClientAlgorithm, Params, ServerContext, Strategy, Trained
 from fedray.algorithms.head_sharing import HeadSharingParams
+from fedray.attacks import build_attack
 from fedray.config import Config, ConfigError, RuntimeConfig, check_values, format_error
 from fedray.data import dataset_names
 from fedray.models import model_names
 from fedray.models.registry import model_options
-from fedray.plugins import is_import_path, load_dataset_loader, load_model, load_observers, load_strategy
+from fedray.plugins import (is_import_path, load_attack, load_dataset_loader, load_model, load_observers,
+                            load_strategy)
 from fedray.weights import Weights
 
 
@@ -127,6 +129,12 @@ def _check_names(config: Config) -> None:
                               f"valid models are {', '.join(model_names())} (or a model of your own as "
                               f"package.module:Class)")
     load_observers(config)
+    d = config.data
+    if is_import_path(d.adversaries):
+        build_attack(load_attack(d.adversaries), d.adversary_options, d.adversaries)  # its options are checked
+    elif d.adversary_options:
+        raise ConfigError(f"bad config value data.adversary_options: they are for an attack of your own "
+                          f"(package.module:Class); {d.adversaries} takes none")
     for arch, options in config.federation.model_options.items():
         if arch not in config.federation.architectures:
             raise ConfigError(f"bad config value federation.model_options.{arch}: "

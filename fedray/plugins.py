@@ -10,7 +10,9 @@ Where a config takes a built-in name it also takes ``package.module:Attribute``:
 - ``data.dataset`` / ``aux.dataset``: ``my_pkg.data:load``, a function returning the train and test
   arrays (``fedray.data.custom``);
 - ``observers: [my_pkg.watch:MyObserver]``: :class:`fedray.observers.Observer` subclasses, made with
-  no arguments, called after fedray's own in the round loop.
+  no arguments, called after fedray's own in the round loop;
+- ``data.adversaries: my_pkg.attacks:MyAttack``: a :class:`fedray.attacks.Attack` subclass, made
+  with ``data.adversary_options`` on every host, which the adversarial clients run.
 
 Each is imported where it is used (the driver checks it, the server and client actors use it), so
 the module must be importable there. Modules are looked up in the current folder first, as
@@ -43,7 +45,7 @@ def plugin_paths(config: Config) -> list[tuple[str, str]]:
     """The config's import paths, as ``(key, path)`` pairs: the code of the user's that a run, a
     resume or a check of it imports and calls."""
     named = [("algorithm.name", config.algorithm.name), ("data.dataset", config.data.dataset),
-             ("aux.dataset", config.aux.dataset),
+             ("aux.dataset", config.aux.dataset), ("data.adversaries", config.data.adversaries),
              *(("federation.architectures", arch) for arch in config.federation.architectures),
              *(("observers", observer) for observer in config.observers)]
     return [(key, path) for key, path in named if is_import_path(path) or key == "observers"]
@@ -141,6 +143,16 @@ def load_dataset_loader(spec: str, key: str = "data.dataset") -> Callable[..., A
                               f"a data set nor a torch Dataset class")
     elif not callable(obj):
         raise ConfigError(f"bad config value {key} = {spec!r}: {_kind(obj)} is not a function that loads a data set")
+    return obj
+
+
+def load_attack(spec: str, key: str = "data.adversaries") -> type:
+    """A user's attack: a subclass of :class:`fedray.attacks.Attack`."""
+    from fedray.attacks import Attack
+
+    obj = load(spec, key)
+    if not (isinstance(obj, type) and issubclass(obj, Attack)):
+        raise ConfigError(f"bad config value {key} = {spec!r}: {_kind(obj)} is not a subclass of fedray.attacks.Attack")
     return obj
 
 

@@ -18,7 +18,7 @@ from fedray.data import load_dataset, train_size
 from fedray.method import resolve
 from fedray.models import create_model
 from fedray.models.wrap import WrappedModel
-from fedray.plugins import load, uses_plugins
+from fedray.plugins import load, plugin_paths, uses_plugins
 from fedray.preflight import check_models
 from fedray.runner import run_experiment
 
@@ -27,7 +27,9 @@ import numpy as np
 import torch
 from torch import nn
 
+from fedray.algorithms.base import Trained
 from fedray.algorithms.fedavg import FedAvg
+from fedray.attacks import Attack, Byzantine
 from fedray.observers import Observer
 
 
@@ -111,6 +113,19 @@ class Rounds(Observer):
     key = "user-rounds"
 
 
+class Reversed(Attack):  # sends -scale * theta on every tensor instead of training
+
+    def __init__(self, scale=1.0):
+        self.scale = scale
+
+    def update(self, client, task, theta):
+        return Trained({k: (-self.scale * v).astype(v.dtype) for k, v in theta.items()}, {"loss": 0.0, "steps": 0.0})
+
+
+class MyByzantine(Byzantine):  # the built-in attack, as a user's subclass
+    pass
+
+
 NOT_A_CLASS = 3
 """
 
@@ -164,6 +179,9 @@ def test_a_bad_import_path_is_one_line_naming_the_key(pkg, spec, says):
     ("data", {"dataset": "{pkg}.things:NOT_A_CLASS", "options": {}}, "a int is not a function that loads a data set"),
     ("federation", {"architectures": {"{pkg}.things:Rounds": 8}}, "is class {pkg}.things.Rounds, not a torch.nn.Module class"),
     ("observers", ["{pkg}.things:net"], "observers[0] = '{pkg}.things:net': function net is not a subclass of fedray.observers.Observer"),
+    ("data", {"adversaries": "{pkg}.things:Rounds"}, "data.adversaries = '{pkg}.things:Rounds': class {pkg}.things.Rounds is not a subclass of fedray.attacks.Attack"),
+    ("data", {"adversaries": "{pkg}.things:Reversed", "adversary_options": {"scael": 2}}, "data.adversary_options: {pkg}.things:Reversed refused them (TypeError"),
+    ("data", {"adversaries": "noisy", "adversary_options": {"scale": 2}}, "they are for an attack of your own (package.module:Class); noisy takes none"),
 ])
 def test_an_object_of_the_wrong_kind_is_refused_by_resolve(pkg, section, value, says):
     import json
@@ -250,3 +268,34 @@ def test_a_run_of_the_users_method_model_data_and_observer(pkg, tmp_path):
     builtin = run_experiment(config(pkg, algorithm={"name": "fedavg"}), tmp_path / "builtin", progress=False)
     assert builtin["final"]["eval/accuracy"] == accuracy
     assert summary["algorithm"] == f"{pkg}.things:Avg"  # as the config names it
+
+
+def test_a_users_attack_sends_what_it_says_and_a_subclass_of_byzantine_runs_as_the_built_in(pkg, tmp_path):
+    """The adversaries (a quarter of the clients) upload -2 theta, as the user's attack with
+    ``adversary_options: {scale: 2}`` says, and the honest clients train; a user's subclass of the
+    built-in Byzantine attack ends its run where ``adversaries: byzantine`` does, bit for bit."""
+    from fedray.assembly import assemble
+    from fedray.checkpoint import CHECKPOINT, read_checkpoint
+    from fedray.federation import Federation
+
+    cfg = config(pkg, data={"adversaries": f"{pkg}.things:Reversed", "adversary_fraction": 0.25,
+                            "adversary_options": {"scale": 2.0}}, federation={"clients_per_round": 8})
+    assert ("data.adversaries", f"{pkg}.things:Reversed") in plugin_paths(cfg)
+    fed = Federation(assemble(cfg), tmp_path / "reversed", checkpoints=False)
+    theta = fed.strategy.models[f"{pkg}.things:net"]
+    plan = fed.strategy.configure_round(1)
+    updates = fed.executor.execute(plan)
+    roles = {c.client_id: c.role for c in fed.experiment.clients}
+    assert sorted(roles.values()).count(f"{pkg}.things:Reversed") == 2
+    for u in updates:
+        attacked = roles[u.client_id] != "benign"
+        for k, v in theta.items():
+            assert np.array_equal(u.payload[k], -2 * v) is attacked, (u.client_id, k)
+
+    runs = {}
+    for name, attack in (("user", f"{pkg}.things:MyByzantine"), ("builtin", "byzantine")):
+        run_experiment(config(pkg, data={"adversaries": attack, "adversary_fraction": 0.25}), tmp_path / name,
+                       progress=False)
+        runs[name] = read_checkpoint(tmp_path / name / CHECKPOINT)["strategy"]["models"][f"{pkg}.things:net"]
+    for k, v in runs["builtin"].items():
+        np.testing.assert_array_equal(runs["user"][k], v)

@@ -53,12 +53,14 @@ class Params(BaseModel):
 
 @dataclass
 class VirtualClient:
-    """A client as its host sees it: data on the compute device and persistent state."""
+    """A client as its host sees it: data on the compute device, persistent state, and for an
+    adversary its attack (``fedray.attacks``; its data is already the attacked data)."""
 
     spec: ClientSpec
     x: torch.Tensor
     y: torch.Tensor
     state: dict[str, Any] = field(default_factory=dict)
+    attack: Any = None
 
     @property
     def client_id(self) -> int:

@@ -12,9 +12,8 @@ test alike, is changed by one of:
   of 90, so K is 1, 2 or 4).
 
 Adversaries (section 6.7, after Munoz-Gonzalez et al. 2019) are a seeded random ``fraction`` of the
-clients: ``label_flip`` sets all their labels to 0, ``noisy`` adds U(-noise, noise) to every input
-value, ``byzantine`` leaves the data alone and replaces the client's update by N(0, I)
-(``ClientAlgorithm.train_local``). Test data is never adversarial.
+clients (:func:`adversary_ids`); what they do is their attack (``fedray.attacks``). Test data is
+never adversarial.
 """
 
 from __future__ import annotations
@@ -22,7 +21,6 @@ from __future__ import annotations
 import numpy as np
 
 GROUP_SHIFTS = ("none", "label_swap", "label_permutation", "rotation")
-ADVERSARIES = ("none", "byzantine", "label_flip", "noisy")
 
 
 def client_groups(num_clients: int, groups: int) -> np.ndarray:
@@ -76,16 +74,4 @@ def apply_group(x: np.ndarray, y: np.ndarray, shift: str, group: int, groups: in
         x = np.ascontiguousarray(np.rot90(x, quarters, axes=(2, 3)))
     if shift in ("label_swap", "label_permutation"):
         y = label_map(shift, group, groups, num_classes, seed)[y]
-    return x, y
-
-
-def apply_adversary(x: np.ndarray, y: np.ndarray, kind: str, noise: float, seed: int) -> tuple[np.ndarray, np.ndarray]:
-    """An adversarial client's training data (``byzantine`` attacks its update, not its data)."""
-    if kind not in ADVERSARIES:
-        raise ValueError(f"unknown adversary {kind!r}; valid: {', '.join(ADVERSARIES)}")
-    if kind == "label_flip":
-        y = np.zeros_like(y)
-    elif kind == "noisy":
-        rng = np.random.default_rng([seed, 0x4015E])
-        x = (x + rng.uniform(-noise, noise, size=x.shape)).astype(x.dtype)
     return x, y

@@ -8,7 +8,8 @@ from fedray.algorithms.base import task_seed
 from fedray.clients import ClientHost
 from fedray.config import build_config
 from fedray.data.bundle import DatasetBundle
-from fedray.data.shifts import adversary_ids, apply_adversary, apply_group, client_groups, label_map
+from fedray.attacks import ATTACKS, Noisy
+from fedray.data.shifts import adversary_ids, apply_group, client_groups, label_map
 from fedray.method import resolve
 from fedray.assembly import make_clients
 from fedray.messages import ClientTask
@@ -62,11 +63,11 @@ def test_adversaries_are_a_seeded_fraction_with_their_attacks():
     assert len(ids) == 30 and len(set(ids.tolist())) == 30
     np.testing.assert_array_equal(ids, adversary_ids(100, 0.3, seed=0))
     x, y = np.zeros((50, 4), np.float32), np.arange(50) % 10
-    _, flipped = apply_adversary(x, y, "label_flip", 10.0, seed=1)
+    _, flipped = ATTACKS["label_flip"]().data(x, y, seed=1)
     assert flipped.tolist() == [0] * 50
-    noisy, same_y = apply_adversary(x, y, "noisy", 10.0, seed=1)
+    noisy, same_y = Noisy(10.0).data(x, y, seed=1)
     assert np.abs(noisy).max() <= 10.0 and noisy.std() > 4.0 and same_y.tolist() == y.tolist()
-    x2, y2 = apply_adversary(x, y, "byzantine", 10.0, seed=1)  # attacks updates, not data
+    x2, y2 = ATTACKS["byzantine"]().data(x, y, seed=1)  # attacks updates, not data
     assert np.array_equal(x2, x) and np.array_equal(y2, y)
 
 
