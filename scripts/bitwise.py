@@ -201,10 +201,14 @@ def main() -> int:
         return 0
     with np.load(args.compare) as saved:
         recorded = {k: saved[k] for k in saved.files if k.split("/", 1)[0] in selected}
+    unrecorded = sorted(set(selected) - {k.split("/", 1)[0] for k in recorded})
+    if unrecorded:
+        print(f"not in the record (not compared): {', '.join(unrecorded)}")
+        arrays = {k: v for k, v in arrays.items() if k.split("/", 1)[0] not in unrecorded}
     problems = compare(recorded, arrays)
     for line in problems:
         print(line)
-    print(f"{len(arrays)} arrays of {len(selected)} configs: "
+    print(f"{len(arrays)} arrays of {len(selected) - len(unrecorded)} configs: "
           + ("bit-identical" if not problems else f"{len(problems)} differences"))
     return 1 if problems else 0
 
