@@ -90,6 +90,7 @@ def ray_configs() -> dict[str, Any]:
         "stc": ({"name": "stc", "p_up": 0.05, "p_down": 0.05}, {}),
         "feddf": ({"name": "feddf", **DISTILL}, AUX),
         "fedavg_head": ({"name": "fedavg", "share": "head"}, {}),
+        "fedavg_byzantine": ({"name": "fedavg"}, {"data": {"adversaries": "byzantine", "adversary_fraction": 0.34}}),
         "cfl": ({"name": "cfl", "eps1": 10.0, "eps2": 0.01, "alpha_thresh": 0.5},
                 {"federation": {"clients_per_round": 6, "rounds": 4, "architectures": {"mlp": 6}},
                  "data": {"groups": 2, "group_shift": "label_swap"}}),
