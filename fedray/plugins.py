@@ -25,7 +25,9 @@ is missing, an attribute that is not there, or an object of the wrong kind is on
 
 from __future__ import annotations
 
+import difflib
 import importlib
+import inspect
 import os
 import re
 import sys
@@ -116,7 +118,83 @@ def load_strategy(spec: str) -> type:
     if not implemented:
         raise ConfigError(f"bad config value {key} = {spec!r}: {obj.__name__} implements neither aggregate "
                           f"nor aggregate_sums (docs/extending.md)")
+    problem = contract_problem(obj)
+    if problem:
+        raise ConfigError(f"bad config value {key} = {spec!r}: {problem} (docs/extending.md)")
     return obj
+
+
+def contract_problem(strategy: type) -> Optional[str]:
+    """One line for a mistake in a method's classes that would otherwise show only mid-run, or
+    never: a ``Params`` or ``Client`` left to the base class's (an empty model, FedAvg's client half);
+    ``aggregate_sums`` with a client half that has no ``contribution`` to sum; a hook overridden
+    with other parameters than the hook's; a new method named like a hook (``agregate``). None when
+    the method is sound. Only the user's classes are read (those outside fedray)."""
+    from fedray.algorithms.base import ClientAlgorithm, Strategy
+
+    for attr, fix in (("Params", "its parameters' pydantic model (a subclass of fedray.algorithms.Params; "
+                                 "Params = Params for none)"),
+                      ("Client", "its client half (Client = fedray.algorithms.ClientAlgorithm: plain local "
+                                 "training, the model uploaded)")):
+        if _defining(strategy, attr) is Strategy:
+            return f"{strategy.__name__} sets no {attr}: set {attr} to {fix}"
+    client = strategy.Client
+    if (_defining(strategy, "aggregate_sums") is not Strategy and _defining(strategy, "aggregate") is Strategy
+            and _defining(client, "contribution") is ClientAlgorithm):
+        return (f"{strategy.__name__} implements aggregate_sums, but its client half {client.__name__} has no "
+                f"contribution (the terms its hosts sum): implement {client.__name__}.contribution, or aggregate")
+    return _hooks_problem(strategy, Strategy) or _hooks_problem(client, ClientAlgorithm)
+
+
+def _defining(cls: type, name: str) -> type:
+    return next(k for k in cls.__mro__ if name in vars(k))
+
+
+def _hooks_problem(cls: type, base: type) -> Optional[str]:
+    """A hook of ``base`` that a user's class in ``cls``'s MRO overrides with other positional
+    parameters (or as a classmethod where the hook is not, or the reverse), or a new public method
+    whose name is one letter or two from a hook's."""
+    hooks = {name: value for name, value in vars(base).items() if not name.startswith("_") and _function(value)}
+    fedray_names = {name for k in cls.__mro__ if k.__module__.split(".")[0] == "fedray" for name in vars(k)}
+    for klass in cls.__mro__:
+        if klass.__module__.split(".")[0] == "fedray" or klass is object:
+            continue
+        for name, value in vars(klass).items():
+            if name.startswith("_") or not _function(value):
+                continue
+            if name in hooks:
+                theirs, ours = inspect.signature(_function(value)), inspect.signature(_function(hooks[name]))
+                same_kind = isinstance(value, classmethod) == isinstance(hooks[name], classmethod)
+                if not same_kind or not _fits(theirs, ours):
+                    kind = "a classmethod " if isinstance(hooks[name], classmethod) else ""
+                    return (f"{klass.__name__}.{name}{_names(theirs)} does not match the hook "
+                            f"{base.__name__}.{name}{_names(ours)}: give it {kind}the hook's parameters")
+            elif name not in fedray_names:
+                near = difflib.get_close_matches(name, hooks, n=1, cutoff=0.85)
+                if near:
+                    return (f"{klass.__name__}.{name} is not a hook of {base.__name__}; did you mean {near[0]}? "
+                            f"(a helper of your own: give it a name further from the hooks')")
+    return None
+
+
+def _function(value: Any) -> Optional[Callable[..., Any]]:
+    """The plain function of a method, classmethod or staticmethod in a class's namespace."""
+    value = getattr(value, "__func__", value)
+    return value if inspect.isfunction(value) else None
+
+
+def _names(signature: inspect.Signature) -> str:
+    """``(self, round, updates)``: a signature's parameters without annotations or defaults."""
+    stars = {inspect.Parameter.VAR_POSITIONAL: "*", inspect.Parameter.VAR_KEYWORD: "**"}
+    return f"({', '.join(stars.get(p.kind, '') + p.name for p in signature.parameters.values())})"
+
+
+def _fits(theirs: inspect.Signature, ours: inspect.Signature) -> bool:
+    """Whether an override takes the hook's positional parameters: as many, or fewer with ``*args``."""
+    positional = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
+    count = [sum(p.kind in positional for p in s.parameters.values()) for s in (theirs, ours)]
+    star = any(p.kind is inspect.Parameter.VAR_POSITIONAL for p in theirs.parameters.values())
+    return count[0] == count[1] or (star and count[0] <= count[1])
 
 
 def load_model(spec: str, key: str = "federation.architectures") -> Callable[..., Any]:

@@ -27,6 +27,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from fedray.algorithms import ClientAlgorithm, Params, Strategy
 from fedray.algorithms.base import Trained
 from fedray.algorithms.fedavg import FedAvg
 from fedray.attacks import Attack, Byzantine
@@ -126,6 +127,37 @@ class MyByzantine(Byzantine):  # the built-in attack, as a user's subclass
     pass
 
 
+class NoRound(FedAvg):  # aggregate without its round
+    def aggregate(self, updates):
+        return {}
+
+
+class Misspelt(FedAvg):
+    def agregate_sums(self, round, sums, updates):
+        return {}
+
+
+class Bare(Strategy):  # no Params, no Client
+    def aggregate(self, round, updates):
+        return {}
+
+
+class SumsNoTerms(Strategy):  # sums, but a client half without contribution
+    Params, Client = Params, ClientAlgorithm
+
+    def aggregate_sums(self, round, sums, updates):
+        return {}
+
+
+class ShortUpload(ClientAlgorithm):
+    def upload(self, task, theta, local):
+        return local.weights
+
+
+class WithShortUpload(FedAvg):
+    Client = ShortUpload
+
+
 NOT_A_CLASS = 3
 """
 
@@ -179,6 +211,11 @@ def test_a_bad_import_path_is_one_line_naming_the_key(pkg, spec, says):
     ("data", {"dataset": "{pkg}.things:NOT_A_CLASS", "options": {}}, "a int is not a function that loads a data set"),
     ("federation", {"architectures": {"{pkg}.things:Rounds": 8}}, "is class {pkg}.things.Rounds, not a torch.nn.Module class"),
     ("observers", ["{pkg}.things:net"], "observers[0] = '{pkg}.things:net': function net is not a subclass of fedray.observers.Observer"),
+    ("algorithm", {"name": "{pkg}.things:NoRound"}, "NoRound.aggregate(self, updates) does not match the hook Strategy.aggregate(self, round, updates): give it the hook's parameters"),
+    ("algorithm", {"name": "{pkg}.things:Misspelt"}, "Misspelt.agregate_sums is not a hook of Strategy; did you mean aggregate_sums?"),
+    ("algorithm", {"name": "{pkg}.things:Bare"}, "Bare sets no Params: set Params to its parameters' pydantic model"),
+    ("algorithm", {"name": "{pkg}.things:SumsNoTerms"}, "SumsNoTerms implements aggregate_sums, but its client half ClientAlgorithm has no contribution"),
+    ("algorithm", {"name": "{pkg}.things:WithShortUpload"}, "ShortUpload.upload(self, task, theta, local) does not match the hook ClientAlgorithm.upload(self, task, theta, local, client)"),
     ("data", {"adversaries": "{pkg}.things:Rounds"}, "data.adversaries = '{pkg}.things:Rounds': class {pkg}.things.Rounds is not a subclass of fedray.attacks.Attack"),
     ("data", {"adversaries": "{pkg}.things:Reversed", "adversary_options": {"scael": 2}}, "data.adversary_options: {pkg}.things:Reversed refused them (TypeError"),
     ("data", {"adversaries": "noisy", "adversary_options": {"scale": 2}}, "they are for an attack of your own (package.module:Class); noisy takes none"),
@@ -190,6 +227,13 @@ def test_an_object_of_the_wrong_kind_is_refused_by_resolve(pkg, section, value, 
     with pytest.raises(ConfigError) as err:
         resolve(config(pkg, **{section: value}))
     assert says.format(pkg=pkg) in str(err.value) and "\n" not in str(err.value)
+
+
+def test_every_built_in_method_keeps_the_contract_the_check_asks_of_a_users():
+    from fedray.algorithms import ALGORITHMS
+    from fedray.plugins import contract_problem
+
+    assert {name: contract_problem(s) for name, s in ALGORITHMS.items()} == {name: None for name in ALGORITHMS}
 
 
 def test_models_of_the_wrong_kind_are_refused_before_the_run(pkg, tmp_path):
