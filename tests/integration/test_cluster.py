@@ -74,15 +74,15 @@ def test_pool_sized_per_node_and_a_lost_node_hands_its_clients_over(tmp_path):
                     name = {f"{n.node_ip_address}/{n.node_id[:8]}": n.node_id for n in [cluster.head_node, *nodes]}
                     assert {name[k]: v for k, v in ex.describe()["actors_per_node"].items()} == {
                         cluster.head_node.node_id: 1, nodes[0].node_id: 1, nodes[1].node_id: 2}
-                    on_big = [i for i, slot in enumerate(ex.slots) if slot.node_id == nodes[1].node_id]
-                    moved = {ex.ids[i]: sorted(c.client_id for c in ex.groups[i]) for i in on_big}
+                    on_big = [i for i, slot in enumerate(ex.live.slots) if slot.node_id == nodes[1].node_id]
+                    moved = {ex.live.ids[i]: sorted(c.client_id for c in ex.live.groups[i]) for i in on_big}
                     cluster.remove_node(nodes[1])
             hosts = ex.node_ids()
             summaries[run] = fed.finish()
         assert summaries["lost"]["rounds"] == 3 and summaries["lost"]["final"] == summaries["whole"]["final"]
         described = summaries["lost"]["executor"]
         assert described["actors"] == 2 and big not in described["actors_per_node"]
-        assert sorted(c.client_id for group in ex.groups for c in group) == list(range(10))
+        assert sorted(c.client_id for group in ex.live.groups for c in group) == list(range(10))
         assert sorted(hosts) == sorted([cluster.head_node.node_id, nodes[0].node_id])
 
         whole, lost = (read_checkpoint(tmp_path / run / CHECKPOINT)["strategy"]["models"] for run in ("whole", "lost"))
@@ -107,7 +107,7 @@ def test_pool_sized_per_node_and_a_lost_node_hands_its_clients_over(tmp_path):
             went = re.findall(r"actor (\d+) \(\[([\d, ]+)\]\)", line.split("its clients went to ")[1])
             assert sorted(int(c) for _, ids in went for c in ids.split(", ")) == clients
             for actor_left, ids in went:  # named where they are: with an actor left, as its own clients
-                group = ex.groups[ex.ids.index(int(actor_left))]
+                group = ex.live.groups[ex.live.ids.index(int(actor_left))]
                 assert {int(c) for c in ids.split(", ")} <= {c.client_id for c in group}
     finally:
         shutdown_ray()
