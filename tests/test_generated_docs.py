@@ -122,6 +122,20 @@ def test_the_claims_table_words_each_claim_by_its_corrected_interval():
     assert t62.commit.startswith("5a51bc52f")
     said = {c.scene: v for c, _, _, v in t62.rows}
     assert said == {"Byzantine": "holds", "Noisy": "holds", "Label-Flip": "not shown", "Clean": "not shown"}
+    # Table 4.2's family, five split seeds at 5a51bc5 (both configs, 30 claims): every STC variant needs fewer
+    # MB than the Baseline, and than signSGD with logistic regression, and STC p=1/100 and 1/400 fewer than FedAvg
+    # n=25 with the LSTM; FedAvg with more local iterations needs fewer: reversed against n=100 and n=400 in both
+    # configs, against signSGD with the LSTM; two claims not shown either way
+    t42 = results["Thesis Table 4.2"]
+    assert t42.commit.startswith("5a51bc52f") and t42.level == 1 - 0.05 / 30
+    said = {(c.a, c.b, c.scene.split(",")[0]): v for c, _, _, v in t42.rows}
+    stc = ("STC p=1/25", "STC p=1/100", "STC p=1/400")
+    assert {k for k, v in said.items() if v == "holds"} == {
+        *((a, b, "logreg") for a in stc for b in ("Baseline", "signSGD")), *((a, "Baseline", "lstm") for a in stc),
+        ("STC p=1/100", "FedAvg n=25", "lstm"), ("STC p=1/400", "FedAvg n=25", "lstm")}
+    assert {k for k, v in said.items() if v == "not shown"} == {
+        ("STC p=1/25", "FedAvg n=25", "logreg"), ("STC p=1/100", "FedAvg n=25", "logreg")}
+    assert list(said.values()).count("reversed") == 17
 
 
 def test_the_notes_are_computed_from_the_json(monkeypatch):
