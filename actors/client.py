@@ -62,14 +62,9 @@ class HostActor:
         return self.placement()
 
     @host_method
-    def run_batch(self, tasks, keys, *payloads):
+    def collect_batch(self, tasks, units, keys, *payloads):
         self._new_round(tasks)
-        return self._host().run_batch(tasks, keys, *payloads)
-
-    @host_method
-    def fold_batch(self, tasks, units, keys, *payloads):
-        self._new_round(tasks)
-        return self._host().fold_batch(tasks, units, keys, *payloads)
+        return self._host().collect_batch(tasks, units, keys, *payloads)
 
     _round = None
 

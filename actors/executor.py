@@ -18,9 +18,10 @@ from actors.rounds import RoundRun, RoundTimeout
 from fedray.clients import client_major
 from fedray.config import Config
 from fedray.executor import EvalPart, Executor
-from fedray.fold import Sums, fold_groups
+from fedray.fold import fold_groups
 from fedray.messages import ClientSpec, ClientUpdate, RoundPlan
 from fedray.method import Method
+from fedray.round import Answers
 from fedray.weights import Weights
 
 
@@ -81,6 +82,7 @@ class RayExecutor(Executor):
         self.pinned = method.keeps_state(config) or config.runtime.clients_per_actor != "auto"
         # actors that train their tasks as cohorts get them all at once (a cohort per call, not a task)
         self.together = method.vectorizes(config.runtime)
+        self.collection = method.collection(config.runtime)  # the hosts sum the statistics, or gather them
         self.live.placements, _ = self.live.on_each(self.live.setup, "start-up")
 
     @property
@@ -89,25 +91,22 @@ class RayExecutor(Executor):
         return self.live.actors
 
     def prepare(self, plan: RoundPlan) -> list[ClientUpdate]:
-        return self._run(plan, "prepare_batch")[0]
+        return self._run(plan, "prepare_batch").updates
 
-    def execute(self, plan: RoundPlan) -> list[ClientUpdate]:
-        return self._run(plan, "run_batch")[0]
-
-    def fold(self, plan: RoundPlan) -> tuple[list[ClientUpdate], Sums]:
-        """The round folded on the actors (``fedray.fold``). Where any actor may run any client, a
-        batch is a block of the fold tree (``runtime.fold_groups`` groups of client ids, added
+    def execute(self, plan: RoundPlan) -> Answers:
+        """The round on the actors, its statistics summed there (``fedray.fold``) or gathered. Summed
+        where any actor may run any client, a batch is a block of the fold tree (``runtime.fold_groups`` groups of client ids, added
         pairwise in a fixed tree): a host sends one sum per block and the server adds blocks to
         their siblings as they come, so the sums are those of the local backend to the last bit,
         whichever actor ran which block, and a run that lost a node ends where the undisturbed run
         ends. Where the clients stay at home or train as cohorts, one unit per actor, added in actor
         order, so a run that lost a node (fewer actors, clients on new homes, a lost unit run again
         in parts) differs from the undisturbed run by rounding."""
-        return self._run(plan, "fold_batch")
+        return self._run(plan, "collect_batch")
 
-    def _run(self, plan: RoundPlan, call: str) -> tuple[list[ClientUpdate], Sums | None]:
-        run = RoundRun(self.live, self.dispatch, plan, call, pinned=self.pinned, together=self.together,
-                       timeout=self.timeout)
+    def _run(self, plan: RoundPlan, call: str) -> Answers:
+        run = RoundRun(self.live, self.dispatch, plan, call, self.collection, pinned=self.pinned,
+                       together=self.together, timeout=self.timeout)
         try:
             return run.run()
         finally:

@@ -1,5 +1,5 @@
-"""One round's tasks on the client actors: sent out as the dispatch says, collected (and, folding,
-added) as they come back, and run again where an actor was lost."""
+"""One round's tasks on the client actors: sent out as the dispatch says, collected (summed, or
+gathered) as they come back, and run again where an actor was lost."""
 
 from __future__ import annotations
 
@@ -12,8 +12,9 @@ from ray.exceptions import RayError
 
 from actors.dispatch import Dispatcher
 from actors.recovery import ActorSet, short
-from fedray.fold import Folder, Block, Sums, TreeFolder, add_sums
-from fedray.messages import ClientTask, ClientUpdate, RoundPlan
+from fedray.fold import Block, Folder, Sums, TreeFolder, add_sums
+from fedray.messages import ClientTask, RoundPlan
+from fedray.round import Answers, Gathered, statistics_bytes
 from fedray.weights import nbytes
 
 
@@ -22,21 +23,23 @@ class RoundTimeout(RuntimeError):
 
 
 class RoundRun:
-    """The plan's tasks on the actors, through their ``call`` (``run_batch``, ``fold_batch``,
-    ``prepare_batch``). ``pinned``: each client's tasks on its home actor; ``together``: one batch
+    """The plan's tasks on the actors, through their ``call`` (``collect_batch``, with the round's
+    ``collection``, or ``prepare_batch``). ``pinned``: each client's tasks on its home actor; ``together``: one batch
     per actor (cohorts); otherwise the balanced dispatch. An actor that dies meanwhile is set up
     again and given its lost tasks again; one lost for good (its node left) hands its clients over,
     and its lost tasks run again on the actors left (``again``)."""
 
-    def __init__(self, live: ActorSet, dispatch: Dispatcher, plan: RoundPlan, call: str, *, pinned: bool,
-                 together: bool, timeout: float | None):
+    def __init__(self, live: ActorSet, dispatch: Dispatcher, plan: RoundPlan, call: str, collection: str, *,
+                 pinned: bool, together: bool, timeout: float | None):
         self.live, self.dispatch, self.plan, self.call, self.pinned = live, dispatch, plan, call, pinned
         self.refs = {key: ray.put(payload) for key, payload in plan.broadcast.items()}
         self.stage = "the preparation" if call == "prepare_batch" else f"round {plan.tasks[0].round if plan.tasks else 0}"
         self.timeout = timeout
         self.deadline = time.monotonic() + timeout if timeout else None
         self.running: dict[Any, tuple] = {}  # batch -> actor, tasks, incarnation, part, fold-tree node
-        self.folding = call == "fold_batch"
+        self.folding = call == "collect_batch" and collection == "fold"
+        self.gathering = call == "collect_batch" and collection == "gather"
+        self.gathered: Gathered = []  # gathering: each client's statistics
         self.batches = None
         if pinned or together:  # one batch per actor: its clients', or an equal share
             self.batches = dispatch.homes(plan.tasks) if pinned else dispatch.spread(plan.tasks)
@@ -50,8 +53,8 @@ class RoundRun:
         self.parts: dict[tuple, dict[tuple, Sums | None]] = {}  # a unit run again in parts (on new homes): their sums
         self.received = 0  # bytes of the answers that reached the server
 
-    def run(self) -> tuple[list[ClientUpdate], Sums | None]:
-        """The updates in client order (and, folding, the round's sums)."""
+    def run(self) -> Answers:
+        """The updates in client order, and the round's sums or each client's statistics."""
         if self.batches is not None:
             for i, tasks in self.batches.items():
                 self.submit(i, tasks)
@@ -78,11 +81,16 @@ class RoundRun:
                 answer, sums = answer
                 for key, s in sums.items():
                     self.add(key, s, part)
+            elif self.gathering:
+                answer, gathered = answer
+                self.gathered += gathered
             results.append(answer)
             i = self.live.index(actor)  # an actor dropped after it answered: another of its kind takes more
             refill(i if i is not None else self.dispatch.least_busy(tasks[0], self.in_flight))
         updates = sorted((u for part in results for u in part), key=lambda u: u.client_id)
-        return updates, self.folder.result() if self.folding else None
+        if self.gathering:
+            return Answers(updates, gathered=sorted(self.gathered, key=lambda entry: entry[0]))
+        return Answers(updates, sums=self.folder.result() if self.folding else None)
 
     def in_flight(self, i: int) -> int:
         """Actor ``i``'s batches running or queued."""
@@ -90,7 +98,8 @@ class RoundRun:
 
     def submit(self, i: int, tasks: list[ClientTask], part: tuple = (), node: Block | None = None) -> None:
         keys = sorted({k for t in tasks for k in t.payload_keys})
-        units = [node] if node is not None else [[self.unit[t.client_id] for t in tasks]] if self.folding else []
+        units = ([node] if node is not None else [[self.unit[t.client_id] for t in tasks]] if self.folding
+                 else [None] if self.gathering else [])
         batch = getattr(self.live.actors[i], self.call).remote(tasks, *units, keys, *(self.refs[k] for k in keys))
         self.running[batch] = (self.live.actors[i], tasks, self.live.restarts[i], part, node)
 
@@ -126,9 +135,11 @@ class RoundRun:
 
 
 def answer_bytes(answer: Any) -> int:
-    """The array bytes of a host's answer: its updates' payloads, and folding, its units' sums."""
-    if isinstance(answer, tuple):  # fold_batch: (updates, {unit: sums})
-        updates, parts = answer
-        return answer_bytes(updates) + sum(s.nbytes() for sums in parts.values() for named in sums.values()
+    """The array bytes of a host's answer: its updates' payloads, and its units' sums or its clients' statistics."""
+    if isinstance(answer, tuple):  # collect_batch: (updates, {unit: sums} or [(client, arch, statistics)])
+        updates, collected = answer
+        if isinstance(collected, list):
+            return answer_bytes(updates) + sum(statistics_bytes(statistics) for *_, statistics in collected)
+        return answer_bytes(updates) + sum(s.nbytes() for sums in collected.values() for named in sums.values()
                                            for s in named.values())
     return sum(nbytes(u.payload) for u in answer)

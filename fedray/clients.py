@@ -28,12 +28,12 @@ from fedray.cohort import chunk_size, chunks, memory_budget
 from fedray.config import Config
 from fedray.data.shifts import apply_group
 from fedray.fold import Block, Sums, TreeStack, add_terms, finite, fold_groups
-from fedray.method import Method
 from fedray.messages import ClientFailure, ClientSpec, ClientTask, ClientUpdate, one_line
+from fedray.method import Method
 from fedray.models import model_builder
 from fedray.plugins import load_attack
-from fedray.training import (EvalPart, cap_gpu_memory, evaluate_part, gpu_memory_note, resolve_device,
-                             set_torch_threads)
+from fedray.round import Gathered, kind_problem
+from fedray.training import EvalPart, cap_gpu_memory, evaluate_part, gpu_memory_note, resolve_device, set_torch_threads
 from fedray.weights import Weights, all_finite, nbytes, set_weights
 
 
@@ -80,6 +80,7 @@ def run_task(algorithm: ClientAlgorithm, task: ClientTask, downloads: tuple[Any,
     update of its own in its place: ``fedray.attacks``) and ``upload``, timed, with the upload's bytes counted. A failure becomes a
     ``ClientFailure`` naming the client, the round, the step and the whole traceback."""
     start = time.perf_counter()
+    client.scratch.clear()
     with failing_as(task, "download"):
         theta = algorithm.receive(task, downloads, client)
     with failing_as(task, "local training"):
@@ -130,6 +131,7 @@ class ClientHost:
         build = model_builder(config.federation.model_options, train_x.shape[1:], num_classes)
         aux = None if aux_x is None else torch.from_numpy(np.array(aux_x)).to(self.device)  # own, writable copy
         self.algorithm = method.make_client(config, build, self.device, aux, initial_models)
+        self.kinds = method.client.collected(method.params)  # the statistics each client hands back
         self.config, self.num_classes, self.build = config, num_classes, build
         self.attack = make_attack(config.data, load_attack)  # what the adversaries among the clients do
         self._eval_models: dict[str, torch.nn.Module] = {}  # a model per architecture, to evaluate on
@@ -181,49 +183,66 @@ class ClientHost:
             return run_task(self.algorithm, task, downloads, self._client(task))
 
     def run_batch(self, tasks: list[ClientTask], keys: list[str], *payloads: Any) -> list[ClientUpdate]:
-        """Run several tasks in one call; ``payloads`` are the broadcast entries named by ``keys``.
-        With ``runtime.vectorize`` the clients that train plainly train as cohorts (:meth:`_run_cohorts`)."""
+        """Run several tasks in one call, their whole uploads kept; ``payloads`` are the broadcast
+        entries named by ``keys``. With ``runtime.vectorize`` the clients that train plainly train as
+        cohorts (:meth:`_run_cohorts`)."""
         args = self._downloads(tasks, keys, payloads)
         if not self.vectorize:
             return [self.run(task, *args[task.client_id]) for task in tasks]
         with self._noting_gpu_memory():
-            return self._run_cohorts(tasks, args)
+            return [update for update, _ in self._run_cohorts(tasks, args)]
 
-    def fold_batch(self, tasks: list[ClientTask], units: list[Hashable] | Block, keys: list[str], *payloads: Any
-                   ) -> tuple[list[ClientUpdate], dict[Hashable, Sums]]:
-        """``run_batch`` for a method that folds (``fedray.fold``): each finite upload becomes its
-        client's terms (``ClientAlgorithm.contribution``), summed in client-id order, and is dropped.
-        ``units``: each task's fold unit (the sums of each unit come back), or a node of the fold
-        tree (the tasks are that block's; its fold groups' sums are added in the tree, one sum comes
-        back). Returns the updates without payloads (an upload holding NaN or Inf, which is not
-        folded, says so: ``nonfinite``) and the sums by unit or node."""
+    def collect_batch(self, tasks: list[ClientTask], units: list[Hashable] | Block | None, keys: list[str],
+                      *payloads: Any) -> tuple[list[ClientUpdate], Any]:
+        """A round's tasks: each finite upload becomes its client's statistics
+        (``ClientAlgorithm.statistics``, ``fedray.round``) in client-id order, and is dropped.
+        ``units``: None to gather (each client's statistics come back, in client-id order), each
+        task's fold unit (the sums of each unit come back), or a block of the fold tree (the tasks
+        are that block's; its fold groups' sums are added in the tree, one sum comes back). Returns
+        the updates without payloads (one whose upload or statistics hold NaN or Inf, which is left
+        out, says so: ``nonfinite``) and the statistics."""
         order = sorted(range(len(tasks)), key=lambda i: tasks[i].client_id)
         tasks = [tasks[i] for i in order]
+        gather = units is None
         tree = TreeStack(units) if isinstance(units, Block) else None
-        units = [self.fold_group[t.client_id] for t in tasks] if tree else [units[i] for i in order]
+        units = ([None] * len(tasks) if gather else [self.fold_group[t.client_id] for t in tasks] if tree
+                 else [units[i] for i in order])
         sums: dict[Hashable, Sums] = {}
+        gathered: Gathered = []
         kept: list[ClientUpdate] = []
 
-        def fold(task: ClientTask, unit: Hashable, update: ClientUpdate) -> None:
+        def collect(task: ClientTask, unit: Hashable, update: ClientUpdate, client: VirtualClient) -> None:
             if tree is not None and sums and unit not in sums:  # a fold group is complete: into the tree
                 tree.push(*sums.popitem())
-            into = sums.setdefault(unit, {})
+            into = None if gather else sums.setdefault(unit, {})
             ok = finite(update)
             if ok:
-                with failing_as(task, "upload"):
-                    terms = self.algorithm.contribution(update, self.clients.get(task.client_id))
-                ok = all_finite(terms)  # a coded upload (STC's bitstream) shows its NaN only decoded
-                if ok:
-                    add_terms(into, update.arch, terms)
+                with failing_as(task, "statistics"):
+                    statistics = self.algorithm.statistics(update, client)
+                    problem = kind_problem(self.kinds, statistics)
+                    if problem:
+                        raise ValueError(f"{type(self.algorithm).__name__}: {problem}")
+                ok = all_finite(statistics)  # a coded upload (STC's bitstream) shows its NaN only decoded
+                if ok and gather:
+                    gathered.append((task.client_id, update.arch, statistics))
+                elif ok:
+                    add_terms(into, update.arch, statistics)
             kept.append(replace(update, payload=None, metrics={**update.metrics, **({} if ok else {"nonfinite": 1.0})}))
 
+        args = self._downloads(tasks, keys, payloads)
         if self.vectorize:
-            for task, unit, update in zip(tasks, units, self.run_batch(tasks, keys, *payloads)):
-                fold(task, unit, update)
+            with self._noting_gpu_memory():
+                done = self._run_cohorts(tasks, args)
+            for task, unit, (update, client) in zip(tasks, units, done):
+                collect(task, unit, update, client)
         else:
-            args = self._downloads(tasks, keys, payloads)
             for task, unit in zip(tasks, units):  # one upload alive at a time
-                fold(task, unit, self.run(task, *args[task.client_id]))
+                client = self._client(task)
+                with self._noting_gpu_memory():
+                    update = run_task(self.algorithm, task, args[task.client_id], client)
+                collect(task, unit, update, client)
+        if gather:
+            return kept, gathered
         if tree is None:
             return kept, sums
         if sums:
@@ -242,19 +261,21 @@ class ClientHost:
         downloads = dict(zip(keys, payloads))
         return {t.client_id: tuple(downloads[k] for k in t.payload_keys) for t in tasks}
 
-    def _run_cohorts(self, tasks: list[ClientTask], args: dict[int, tuple[Any, ...]]) -> list[ClientUpdate]:
+    def _run_cohorts(self, tasks: list[ClientTask], args: dict[int, tuple[Any, ...]]
+                     ) -> list[tuple[ClientUpdate, VirtualClient]]:
         """Each client's ``receive``; then the clients of each architecture train together, in chunks
         (``fedray.cohort``), largest shards first, so that a chunk's clients take similar step counts;
         then each client's ``upload``. An adversary or a client of an architecture
         ``runtime.vectorize`` does not name runs alone. A client's
         ``time_s`` counts its own receive and upload and an equal share of its chunk's training."""
-        updates, ready = {}, []
+        updates, ready, clients = {}, [], {}
         for task in tasks:
-            client = self._client(task)
+            client = clients[task.client_id] = self._client(task)
             if client.spec.role != "benign" or not self.config.runtime.vectorizes(task.arch):
                 updates[task.client_id] = run_task(self.algorithm, task, args[task.client_id], client)
                 continue
             start = time.perf_counter()
+            client.scratch.clear()
             with failing_as(task, "download"):
                 theta = self.algorithm.receive(task, args[task.client_id], client)
             ready.append((task, client, theta, time.perf_counter() - start))
@@ -271,7 +292,7 @@ class ClientHost:
                 share = (time.perf_counter() - start) / len(chunk)
                 for (task, client, theta, elapsed), local in zip(chunk, trained):
                     updates[task.client_id] = finish_task(self.algorithm, task, theta, local, client, elapsed + share)
-        return [updates[task.client_id] for task in tasks]
+        return [(updates[task.client_id], clients[task.client_id]) for task in tasks]
 
     def _chunk_size(self, arch: str, client: VirtualClient) -> int:
         """Clients per chunk: ``runtime.vectorize_chunk``, or as many as a fixed budget holds

@@ -407,8 +407,9 @@ class RuntimeConfig(_Section):
                             "results do not depend on the machine's state")
 
     fold: bool = Field(
-        True, description="hosts sum their clients' contributions for methods whose server step needs only sums "
-                          "(fedray.fold); false: every client's update travels to the server, which adds them (for debugging)")
+        True, description="hosts sum their clients' statistics for methods whose statistics are all sums "
+                          "(fedray.round); false: every client's statistics travel to the server, which adds them (for "
+                          "debugging)")
     fold_groups: FoldGroups = Field(
         DEFAULT_FOLD_GROUPS, ge=1,
         description="for methods whose server step needs only sums of the clients' updates: the clients' ids cut "

@@ -1,8 +1,9 @@
 """The executor: how the round loop reaches the clients, and the in-process one.
 
 The loop (``fedray.federation.Federation``) hands the executor a :class:`fedray.messages.RoundPlan`
-and gets one :class:`fedray.messages.ClientUpdate` per task back; it never knows where the clients
-run. Two implementations: :class:`LocalExecutor` here (every client in this process) and
+and gets one :class:`fedray.messages.ClientUpdate` per task back, without its upload, and the
+clients' statistics (``fedray.round``), summed on the hosts or gathered; it never knows where the
+clients run. Two implementations: :class:`LocalExecutor` here (every client in this process) and
 ``actors.executor.RayExecutor`` (the clients on Ray actors), which only moves the same messages.
 """
 
@@ -14,8 +15,9 @@ from typing import TYPE_CHECKING, Any, Callable
 
 from fedray.clients import ClientHost, client_major
 from fedray.config import Config
-from fedray.fold import Block, Sums
+from fedray.fold import Block
 from fedray.messages import ClientSpec, ClientUpdate, RoundPlan
+from fedray.round import Answers
 from fedray.training import EvalPart
 from fedray.weights import Weights
 
@@ -33,13 +35,11 @@ class Executor(ABC):
         (``ClientAlgorithm.prepare``); the uploads in client order."""
 
     @abstractmethod
-    def execute(self, plan: RoundPlan) -> list[ClientUpdate]:
-        """Run a round's tasks (``ClientAlgorithm``'s receive, train, upload); the updates in client order."""
-
-    @abstractmethod
-    def fold(self, plan: RoundPlan) -> tuple[list[ClientUpdate], Sums]:
-        """Run a round's tasks of a method that folds (``fedray.fold``): the updates without their
-        payloads, in client order, and the round's sums, added unit by unit in unit order."""
+    def execute(self, plan: RoundPlan) -> Answers:
+        """Run a round's tasks (``ClientAlgorithm``'s receive, train, upload, statistics): the updates
+        without their uploads, in client order, and the statistics as the run collects them
+        (``fedray.round.collection``): the round's sums (added unit by unit in unit order), or each
+        client's statistics in client order."""
 
     @abstractmethod
     def client_states(self) -> dict[int, dict[str, Any]]:
@@ -91,19 +91,20 @@ class LocalExecutor(Executor):
         self.host = ClientHost(config, method, specs, x, y, data.num_classes, threads=threads,
                                aux_x=data.aux_x, initial_models=initial_models, spans=spans)
         self.groups = config.runtime.fold_groups
+        self.collection = method.collection(config.runtime)
 
     def prepare(self, plan: RoundPlan) -> list[ClientUpdate]:
         return self._sorted(self.host.prepare_batch(plan.tasks, *self._broadcast(plan)))
 
-    def execute(self, plan: RoundPlan) -> list[ClientUpdate]:
-        return self._sorted(self.host.run_batch(plan.tasks, *self._broadcast(plan)))
-
-    def fold(self, plan: RoundPlan) -> tuple[list[ClientUpdate], Sums]:
-        """Every task on the one host, as the root block of the fold tree (``fedray.fold``): the
-        same additions in the same order as the Ray executor makes over its actors, to the last bit."""
+    def execute(self, plan: RoundPlan) -> Answers:
+        """Every task on the one host; summed as the root block of the fold tree (``fedray.fold``):
+        the same additions in the same order as the Ray executor makes over its actors, to the last bit."""
+        if self.collection == "gather":
+            updates, gathered = self.host.collect_batch(plan.tasks, None, *self._broadcast(plan))
+            return Answers(self._sorted(updates), gathered=gathered)
         root = Block("", self.groups.bit_length() - 1, 0)
-        updates, parts = self.host.fold_batch(plan.tasks, root, *self._broadcast(plan))
-        return self._sorted(updates), parts[root] or {}
+        updates, parts = self.host.collect_batch(plan.tasks, root, *self._broadcast(plan))
+        return Answers(self._sorted(updates), sums=parts[root] or {})
 
     @staticmethod
     def _broadcast(plan: RoundPlan) -> tuple[Any, ...]:

@@ -22,10 +22,11 @@ from fedray.checkpoint import CHECKPOINT, DIVERGED, HISTORY, checkpoint_file, re
 from fedray.clients import group_test_set
 from fedray.config import save_config
 from fedray.messages import RoundPlan, RoundResult
-from fedray.observers import (ByteCounter, Checkpointer, Diverged, DivergenceGuard, LocalLrDecay, Observer, Step,
+from fedray.observers import (ByteCounter, Checkpointer, Diverged, DivergenceGuard, LocalLrDecay, Observer,
                               TensorBoardLog)
 from fedray.plugins import load_observers
 from fedray.provenance import provenance
+from fedray.round import Round
 from fedray.training import combine_parts, evaluate_part
 from fedray.weights import Weights, set_weights
 
@@ -82,11 +83,11 @@ class Federation:
         plan = self.strategy.configure_round(self.round)  # plan: the sampled clients' tasks, the broadcast
         for observer in self.observers:  # e.g. each task's local lr (training.lr_decay)
             observer.planned(self, self.round, plan)
-        step = self._execute(plan)  # execute: each client's local update (folded on the hosts: their sums)
+        step = self._execute(plan)  # execute: each client's local update and statistics (summed on the hosts)
         clients_done = time.perf_counter()
         self._faults(step)
         self._notify("screen", step)  # guard: updates holding NaN or Inf stay out
-        step.metrics = {**self._aggregate(step), **step.metrics}  # aggregate
+        step.metrics = {**self.strategy.aggregate(step), **step.metrics}  # aggregate
         self._notify("aggregated", step)
         step.metrics.update(self._times(step, start, clients_done))
         archs = self.config.federation.architectures
@@ -100,21 +101,13 @@ class Federation:
         self._notify("ended", step)  # log, checkpoint
         return RoundResult(self.round, step.metrics, step.notes.get("runtime/faults", ""))
 
-    def _execute(self, plan: RoundPlan) -> Step:
-        """The round's tasks on the clients; for a method that folds (``fedray.fold``) the hosts
-        sum the uploads and only the sums and the payload-less updates come back."""
-        if self.strategy.folds and self.config.runtime.fold:
-            updates, sums = self.executor.fold(plan)
-            return Step(self.round, plan, updates, sums=sums)
-        return Step(self.round, plan, self.executor.execute(plan))
-
-    def _aggregate(self, step: Step) -> dict[str, float]:
-        if step.sums is not None:
-            return self.strategy.aggregate_sums(self.round, step.sums, step.updates)
-        return self.strategy.aggregate(self.round, step.updates)
+    def _execute(self, plan: RoundPlan) -> Round:
+        """The round's tasks on the clients: their payload-less updates and statistics (``fedray.round``)."""
+        answers = self.executor.execute(plan)
+        return Round(self.round, plan, answers.updates, sums=answers.sums, gathered=answers.gathered)
 
     @staticmethod
-    def _times(step: Step, start: float, clients_done: float) -> dict[str, float]:
+    def _times(step: Round, start: float, clients_done: float) -> dict[str, float]:
         """Where the round's time went: the clients (wall; per client, mean and max), aggregation."""
         per_client = [u.metrics.get("time_s", 0.0) for u in step.updates]
         return {"time/clients_s": clients_done - start, "time/aggregate_s": time.perf_counter() - clients_done,
@@ -126,11 +119,11 @@ class Federation:
         plan = self.strategy.prepare()
         if plan is None:
             return
-        step = Step(0, plan, self.executor.prepare(plan))
+        step = Round(0, plan, self.executor.prepare(plan))
         step.metrics.update(self.strategy.prepared(step.updates))
         self._notify("prepared", step)
 
-    def _faults(self, step: Step) -> None:
+    def _faults(self, step: Round) -> None:
         """What the executor survived this round (client actors restarted, tasks run again), and the
         bytes of the answers that reached the server (``runtime/bytes_to_server``)."""
         received = self.executor.take_received()

@@ -21,10 +21,11 @@ from fedray.algorithms.head_sharing import HeadSharingParams
 from fedray.attacks import build_attack
 from fedray.config import Config, ConfigError, RuntimeConfig, check_values, format_error
 from fedray.data import dataset_names
+from fedray.fold import Sum
 from fedray.models import model_names
 from fedray.models.registry import model_options
-from fedray.plugins import (is_import_path, load_attack, load_dataset_loader, load_model, load_observers,
-                            load_strategy)
+from fedray.plugins import is_import_path, load_attack, load_dataset_loader, load_model, load_observers, load_strategy
+from fedray.round import Each, collection
 from fedray.weights import Weights
 
 
@@ -63,6 +64,10 @@ class Method:
         """Whether the clients train as cohorts: ``runtime.vectorize`` asks for them (for all or
         some architectures) and the method does not refuse (:attr:`cohort_refusal`)."""
         return bool(runtime.vectorize) and self.cohort_refusal is None
+
+    def collection(self, runtime: RuntimeConfig) -> str:
+        """Whether the hosts sum the clients' statistics (``fold``) or gather them (``fedray.round.collection``)."""
+        return collection(self.client.collected(self.params), runtime.fold)
 
     def make_strategy(self, ctx: ServerContext) -> Strategy:
         """The server half for a federation."""
@@ -110,6 +115,11 @@ def resolve(config: Config) -> Method:
                    f"not train locally, so there is no optimiser to keep; remove it")
     if problem:
         raise ConfigError(problem)
+    kinds = strategy.Client.collected(params)
+    odd = sorted(n for n, kind in kinds.items() if kind not in (Sum, Each)) if isinstance(kinds, dict) else None
+    if odd is None or odd:
+        raise ConfigError(f"{strategy.Client.__name__}.collected(params) must map each statistic's name to "
+                          f"fedray.algorithms.Sum or Each, not {odd if odd else type(kinds).__name__}")
     _check_names(config)
     return Method(strategy, params)
 

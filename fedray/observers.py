@@ -14,7 +14,7 @@ else it does through observers, called in order at fixed points of each round:
 ============  ==========================================================================
 
 Each hook but ``planned`` (which gets the round and its ``RoundPlan``) gets the loop and the
-:class:`Step` (the round's plan, updates, metrics and text notes) and may add metrics or notes to
+:class:`fedray.round.Round` (the round's plan, updates, statistics, metrics and text notes) and may add metrics or notes to
 it. An observer with a ``key`` keeps state across a resume: its ``state_dict`` is saved in the
 checkpoint under that key. fedray's own observers: the :class:`DivergenceGuard`, the
 :class:`ByteCounter`, the :class:`TensorBoardLog`, the :class:`Checkpointer` and, with
@@ -26,31 +26,20 @@ from __future__ import annotations
 
 import json
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any, ClassVar, Optional
 
 import numpy as np
 
 from fedray.figures import partition_figure, render
-from fedray.fold import Sums, finite
-from fedray.messages import ClientUpdate, RoundPlan
+from fedray.fold import finite
+from fedray.messages import RoundPlan
+from fedray.round import Round
 from fedray.tracking import RunWriter
 from fedray.weights import all_finite, nbytes
 
 if TYPE_CHECKING:
     from fedray.federation import Federation
-
-
-@dataclass
-class Step:
-    """One round (or the preparation, round 0) as the observers see it."""
-
-    round: int
-    plan: RoundPlan
-    updates: list[ClientUpdate]  # the screen may leave some out of the aggregate
-    sums: Optional[Sums] = None  # for a method that folds: the round's sums (``fedray.fold``); payloads are None
-    metrics: dict[str, float] = field(default_factory=dict)  # by TensorBoard tag
-    notes: dict[str, str] = field(default_factory=dict)  # text to log this round, by tag
 
 
 class Observer:
@@ -60,15 +49,15 @@ class Observer:
 
     def started(self, fed: Federation, resumed: bool) -> None: ...
 
-    def prepared(self, fed: Federation, step: Step) -> None: ...
+    def prepared(self, fed: Federation, step: Round) -> None: ...
 
     def planned(self, fed: Federation, round: int, plan: RoundPlan) -> None: ...
 
-    def screen(self, fed: Federation, step: Step) -> None: ...
+    def screen(self, fed: Federation, step: Round) -> None: ...
 
-    def aggregated(self, fed: Federation, step: Step) -> None: ...
+    def aggregated(self, fed: Federation, step: Round) -> None: ...
 
-    def ended(self, fed: Federation, step: Step) -> None: ...
+    def ended(self, fed: Federation, step: Round) -> None: ...
 
     def finished(self, fed: Federation, summary: dict[str, Any]) -> None: ...
 
@@ -92,23 +81,23 @@ class DivergenceGuard(Observer):
     out of the aggregate, logging the clients' ids (``clients/rejected``); ``Diverged`` when every
     update of a round is, or when a global model is after aggregation."""
 
-    def screen(self, fed: Federation, step: Step) -> None:
+    def screen(self, fed: Federation, step: Round) -> None:
         kept = [u for u in step.updates if finite(u)]
         rejected = [u.client_id for u in step.updates if not finite(u)]
         if rejected:
-            step.notes["clients/rejected"] = (f"round {step.round}: the updates of clients {rejected} held NaN or "
+            step.notes["clients/rejected"] = (f"round {step.number}: the updates of clients {rejected} held NaN or "
                                               f"Inf and were left out of the aggregate")
         if step.updates and not kept:
-            raise Diverged(f"round {step.round}: all {len(step.updates)} client updates held NaN or Inf: local "
+            raise Diverged(f"round {step.number}: all {len(step.updates)} client updates held NaN or Inf: local "
                            f"training diverged; the likely cause is the learning rate (training.lr = "
                            f"{fed.config.training.lr:g}): lower it")
         step.updates, self.rejected = kept, len(rejected)
 
-    def aggregated(self, fed: Federation, step: Step) -> None:
+    def aggregated(self, fed: Federation, step: Round) -> None:
         models = fed.strategy.models_to_evaluate()
         bad = sorted(name for name, weights in models.items() if not all_finite(weights))
         if bad:
-            raise Diverged(f"round {step.round}: the global model ({', '.join(bad)}) holds NaN or Inf after "
+            raise Diverged(f"round {step.number}: the global model ({', '.join(bad)}) holds NaN or Inf after "
                            f"aggregation; the likely cause is the learning rate (training.lr = "
                            f"{fed.config.training.lr:g}, algorithm settings): lower it")
         step.metrics["clients/rejected"] = float(self.rejected)
@@ -149,10 +138,10 @@ class ByteCounter(Observer):
     def __init__(self):
         self.totals = {"comm/bytes_up_total": 0.0, "comm/bytes_down_total": 0.0}
 
-    def prepared(self, fed: Federation, step: Step) -> None:
+    def prepared(self, fed: Federation, step: Round) -> None:
         self.aggregated(fed, step)
 
-    def aggregated(self, fed: Federation, step: Step) -> None:
+    def aggregated(self, fed: Federation, step: Round) -> None:
         plan = step.plan
         sizes = {key: plan.sizes[key] if key in plan.sizes else nbytes(payload)
                  for key, payload in plan.broadcast.items()}
@@ -201,19 +190,19 @@ class TensorBoardLog(Observer):
         # where the clients run (actors per node, devices), as the run (re)started
         self.writer.log_text("runtime/executor", json.dumps(fed.describe_executor()), fed.round)
 
-    def prepared(self, fed: Federation, step: Step) -> None:
+    def prepared(self, fed: Federation, step: Round) -> None:
         self._log_partition()
         self._log_artifacts(fed, step)
         self.writer.log_scalars(0, step.metrics)
 
-    def aggregated(self, fed: Federation, step: Step) -> None:
+    def aggregated(self, fed: Federation, step: Round) -> None:
         self._log_partition()
         for tag, text in step.notes.items():
-            self.writer.log_text(tag, text, step.round)
+            self.writer.log_text(tag, text, step.number)
         self._log_artifacts(fed, step)
 
-    def ended(self, fed: Federation, step: Step) -> None:
-        self.writer.log_scalars(step.round, step.metrics)
+    def ended(self, fed: Federation, step: Round) -> None:
+        self.writer.log_scalars(step.number, step.metrics)
 
     def finished(self, fed: Federation, summary: dict[str, Any]) -> None:
         self._log_partition()
@@ -224,22 +213,22 @@ class TensorBoardLog(Observer):
             self.writer.log_image("data/partition", self._partition.result())
             self._partition = None
 
-    def _log_artifacts(self, fed: Federation, step: Step) -> None:
-        for tag, item in fed.strategy.artifacts(step.round).items():
+    def _log_artifacts(self, fed: Federation, step: Round) -> None:
+        for tag, item in fed.strategy.artifacts(step.number).items():
             if isinstance(item, str):
-                self.writer.log_text(tag, item, step.round)
+                self.writer.log_text(tag, item, step.number)
             elif isinstance(item, np.ndarray):
-                self.writer.log_histogram(tag, item, step.round)
+                self.writer.log_histogram(tag, item, step.number)
             else:
-                self.writer.log_figure(tag, item, step.round)
+                self.writer.log_figure(tag, item, step.number)
 
 
 class Checkpointer(Observer):
     """Writes the checkpoint every ``checkpoint_every`` rounds and after the last round."""
 
-    def ended(self, fed: Federation, step: Step) -> None:
-        if step.round % fed.config.checkpoint_every == 0 or fed.done:
+    def ended(self, fed: Federation, step: Round) -> None:
+        if step.number % fed.config.checkpoint_every == 0 or fed.done:
             fed.save_checkpoint()
 
 
-__all__ = ["ByteCounter", "Checkpointer", "Diverged", "DivergenceGuard", "Observer", "Step", "TensorBoardLog"]
+__all__ = ["ByteCounter", "Checkpointer", "Diverged", "DivergenceGuard", "Observer", "TensorBoardLog"]

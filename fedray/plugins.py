@@ -25,12 +25,14 @@ is missing, an attribute that is not there, or an object of the wrong kind is on
 
 from __future__ import annotations
 
+import ast
 import difflib
 import importlib
 import inspect
 import os
 import re
 import sys
+import textwrap
 from typing import Any, Callable, Optional
 
 from fedray.config import Config, ConfigError
@@ -113,11 +115,6 @@ def load_strategy(spec: str) -> type:
     if not (isinstance(obj.Client, type) and issubclass(obj.Client, ClientAlgorithm)):
         raise ConfigError(f"bad config value {key} = {spec!r}: its Client must be a subclass of "
                           f"fedray.algorithms.ClientAlgorithm, not {_kind(obj.Client)}")
-    implemented = any(name in vars(k) for k in obj.__mro__ if k is not Strategy
-                      for name in ("aggregate", "aggregate_sums"))
-    if not implemented:
-        raise ConfigError(f"bad config value {key} = {spec!r}: {obj.__name__} implements neither aggregate "
-                          f"nor aggregate_sums (docs/extending.md)")
     problem = contract_problem(obj)
     if problem:
         raise ConfigError(f"bad config value {key} = {spec!r}: {problem} (docs/extending.md)")
@@ -127,9 +124,9 @@ def load_strategy(spec: str) -> type:
 def contract_problem(strategy: type) -> Optional[str]:
     """One line for a mistake in a method's classes that would otherwise show only mid-run, or
     never: a ``Params`` or ``Client`` left to the base class's (an empty model, FedAvg's client half);
-    ``aggregate_sums`` with a client half that has no ``contribution`` to sum; a hook overridden
-    with other parameters than the hook's; a new method named like a hook (``agregate``). None when
-    the method is sound. Only the user's classes are read (those outside fedray)."""
+    no ``aggregate``; a client half that declares no statistics, or none of a name ``aggregate``
+    reads; a hook overridden with other parameters than the hook's; a new method named like a hook
+    (``agregate``). None when the method is sound. Only the user's classes are read (those outside fedray)."""
     from fedray.algorithms.base import ClientAlgorithm, Strategy
 
     for attr, fix in (("Params", "its parameters' pydantic model (a subclass of fedray.algorithms.Params; "
@@ -139,15 +136,48 @@ def contract_problem(strategy: type) -> Optional[str]:
         if _defining(strategy, attr) is Strategy:
             return f"{strategy.__name__} sets no {attr}: set {attr} to {fix}"
     client = strategy.Client
-    if (_defining(strategy, "aggregate_sums") is not Strategy and _defining(strategy, "aggregate") is Strategy
-            and _defining(client, "contribution") is ClientAlgorithm):
-        return (f"{strategy.__name__} implements aggregate_sums, but its client half {client.__name__} has no "
-                f"contribution (the terms its hosts sum): implement {client.__name__}.contribution, or aggregate")
-    return _hooks_problem(strategy, Strategy) or _hooks_problem(client, ClientAlgorithm)
+    if _defining(strategy, "aggregate") is Strategy:
+        return (f"{strategy.__name__} implements no aggregate(round), its server step: read the clients' statistics "
+                f"there (round.total, round.each, round.mean) into the server state")
+    if ClientAlgorithm in (_defining(client, "collected"), _defining(client, "statistics")):
+        return (f"its client half {client.__name__} declares no statistics: implement {client.__name__}.collected(params) "
+                f"(name -> Sum or Each) and {client.__name__}.statistics(update, client)")
+    return (_hooks_problem(strategy, Strategy) or _hooks_problem(client, ClientAlgorithm)
+            or _reads_problem(strategy, client))
 
 
 def _defining(cls: type, name: str) -> type:
     return next(k for k in cls.__mro__ if name in vars(k))
+
+
+READS = ("total", "each", "each_by_arch", "mean")  # the Round methods that read a statistic by name
+
+
+def _reads_problem(strategy: type, client: type) -> Optional[str]:
+    """A statistic a user's ``aggregate`` reads by a literal name (``round.total("d")``) that its
+    client half's ``collected`` never names: a misspelt or forgotten statistic, which would fail
+    only in round one. Read from the source; a name built at run time is not checked."""
+    def literals(function: Any, calls: bool) -> set[str]:
+        try:
+            tree = ast.parse(textwrap.dedent(inspect.getsource(function)))
+        except (OSError, TypeError, SyntaxError):
+            return set()
+        if not calls:
+            return {n.value for n in ast.walk(tree) if isinstance(n, ast.Constant) and isinstance(n.value, str)}
+        return {n.args[0].value for n in ast.walk(tree)
+                if isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) and n.func.attr in READS
+                and n.args and isinstance(n.args[0], ast.Constant) and isinstance(n.args[0].value, str)}
+
+    declared = set().union(*(literals(_function(vars(k)["collected"]), False) for k in client.__mro__
+                             if "collected" in vars(k)))
+    for klass in strategy.__mro__:
+        if klass.__module__.split(".")[0] == "fedray" or "aggregate" not in vars(klass):
+            continue
+        unknown = sorted(literals(_function(vars(klass)["aggregate"]), True) - declared)
+        if unknown:
+            return (f"{klass.__name__}.aggregate reads the statistic {unknown[0]!r}, which {client.__name__}.collected "
+                    f"never names (it names {sorted(declared)}): declare it there, or read one it names")
+    return None
 
 
 def _hooks_problem(cls: type, base: type) -> Optional[str]:

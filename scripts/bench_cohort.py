@@ -59,7 +59,8 @@ def cell(arch: str, per_round: int, device: str, rounds: int, threads: int, batc
             if device == "cuda":
                 torch.cuda.synchronize()
             start = time.perf_counter()
-            updates[v] = executor.execute(plan)
+            keys = sorted(plan.broadcast)  # whole uploads, to compare the two sides' weights
+            updates[v] = executor.host.run_batch(plan.tasks, keys, *(plan.broadcast[k] for k in keys))
             if device == "cuda":
                 torch.cuda.synchronize()
             if r > 1:

@@ -1,23 +1,75 @@
-"""Helpers shared by tests: build a method's halves from a config the way a run does; a user's observer;
-two states compared to the bit; a script of scripts/ imported as a module."""
+"""Helpers shared by tests: build a method's halves from a config the way a run does; a round's
+statistics made from whole uploads as a host makes them; a user's observer; two states compared to
+the bit; a script of scripts/ imported as a module."""
 
 import importlib.util
 import math
 import sys
 from collections import OrderedDict
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
 import torch
 
-from fedray.algorithms import ServerContext
+from fedray.algorithms import ServerContext, VirtualClient
+from fedray.messages import ClientSpec, RoundPlan
 from fedray.method import resolve
 from fedray.observers import Observer
+from fedray.round import Round, collection
 
 
 def make_strategy(config, specs, build_model, **context):
     """The config's method's server half over ``specs`` (``resolve`` validates its parameters)."""
     return resolve(config).make_strategy(ServerContext(config, specs, build_model, **context))
+
+
+def client_half(strategy):
+    """The method's client half as a host of ``strategy``'s run builds it (one per strategy)."""
+    if getattr(strategy, "_test_client_half", None) is None:
+        ctx = strategy.ctx
+        aux = None if ctx.aux_x is None else torch.from_numpy(np.array(ctx.aux_x)).to(ctx.device)
+        strategy._test_client_half = strategy.Client(strategy.params, strategy.config, ctx.build_model, ctx.device, aux,
+                                                     ctx.initial_models)
+    return strategy._test_client_half
+
+
+def bare_client(update, state=None):
+    """A client of ``update``'s id, size and architecture holding ``state`` (no data)."""
+    spec = ClientSpec(update.client_id, update.arch, np.zeros(update.num_samples, dtype=np.int64))
+    return VirtualClient(spec, torch.zeros(0), torch.zeros(0), dict(state or {}))
+
+
+def gathered(strategy, number, updates, clients=None, plan=None):
+    """Round ``number`` as a host hands it over when it gathers: each whole upload of ``updates``
+    turned into its client's statistics by the method's client half, with ``clients[id]`` (else a
+    bare client), in client-id order; the updates without their uploads."""
+    half, clients = client_half(strategy), clients or {}
+    ordered = sorted(updates, key=lambda u: u.client_id)
+    entries = [(u.client_id, u.arch, half.statistics(u, clients.get(u.client_id) or bare_client(u))) for u in ordered]
+    return Round(number, plan or RoundPlan([], {}), [replace(u, payload=None) for u in ordered], gathered=entries)
+
+
+def summed(number, sums, updates):
+    """Round ``number`` as hosts hand it over when they fold: ``sums`` and the updates without their uploads."""
+    return Round(number, RoundPlan([], {}), [replace(u, payload=None) for u in updates], sums=sums)
+
+
+def aggregate(strategy, number, updates, clients=None):
+    """``strategy.aggregate`` of round ``number`` from whole uploads (:func:`gathered`)."""
+    return strategy.aggregate(gathered(strategy, number, updates, clients))
+
+
+def uploads(fed, plan):
+    """The whole uploads of ``plan``'s tasks, in client-id order, from the local executor's host
+    (its ``run_batch``: the statistics not made, nothing summed)."""
+    host, keys = fed.executor.host, sorted(plan.broadcast)
+    return sorted(host.run_batch(plan.tasks, keys, *(plan.broadcast[k] for k in keys)), key=lambda u: u.client_id)
+
+
+def collects(strategy) -> str:
+    """How ``strategy``'s run collects its clients' statistics: ``fold`` or ``gather``."""
+    return collection(strategy.Client.collected(strategy.params), strategy.config.runtime.fold)
 
 
 class ClientCounter(Observer):
@@ -34,7 +86,7 @@ class ClientCounter(Observer):
         step.metrics["user/clients_total"] = float(self.total)
 
     def ended(self, fed, step):
-        self.rounds.append(step.round)
+        self.rounds.append(step.number)
 
     def finished(self, fed, summary):
         summary["client_counter"] = {"total": self.total, "rounds": self.rounds}

@@ -24,6 +24,7 @@ from fedray.executor import LocalExecutor
 from fedray.federation import Federation
 from fedray.messages import ClientSpec, ClientTask, ClientUpdate
 from fedray.method import resolve
+from tests.support import aggregate, client_half, collects
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLES = ROOT / "examples"
@@ -46,7 +47,7 @@ def one_round(config, tmp_path):
     """The global model before and after round 1 of ``config`` on the local backend (whose host folds
     the clients' terms as an actor's does), and the round's metrics."""
     fed = Federation(assemble(config, LocalExecutor), tmp_path, checkpoints=False)
-    assert fed.strategy.folds
+    assert collects(fed.strategy) == "fold"
     before = dict(fed.strategy.models["tabular_net:TabularNet"])
     fed.run_round()
     return before, fed.strategy.models["tabular_net:TabularNet"], fed.history[-1]
@@ -90,7 +91,7 @@ def tiny_fednova(in_examples, **training):
 
 def upload(strategy, spec, theta, y, mean, steps):
     """Client ``spec``'s upload after local training ended at ``y`` in ``steps`` steps (its real client half)."""
-    client = strategy.client_half()
+    client = client_half(strategy)
     local = Trained({"w": np.array(y, np.float32), "mean": np.array(mean, np.float32)}, {"loss": 0.5, "steps": steps})
     task = ClientTask(spec.client_id, 1, "mlp", ("model/mlp",), 0)
     vc = VirtualClient(spec, torch.zeros(spec.num_samples, 1), torch.zeros(spec.num_samples, dtype=torch.long))
@@ -110,7 +111,7 @@ def test_fednova_server_step_by_hand_with_two_clients_of_different_steps(in_exam
                upload(strategy, specs[1], x, [1.6, -3.2], [4, 0], 6.0)]
     assert [float(u.payload.a_norm) for u in updates] == [2.0, 6.0]
     assert set(updates[0].payload.d) == {"w"} and set(updates[0].payload.buffers) == {"mean"}
-    metrics = strategy.aggregate(1, updates)
+    metrics = aggregate(strategy, 1, updates)
 
     # by hand, from the uploads: p_i = n_i / sum n_j, tau_eff = sum p_i tau_i, x - tau_eff sum p_i d_i
     p = np.array([4.0, 12.0]) / 16.0
@@ -125,9 +126,9 @@ def test_fednova_server_step_by_hand_with_two_clients_of_different_steps(in_exam
 
     unweighted, _ = tiny_fednova(in_examples)  # weighted: false, p_i = 1/2: tau_eff = 4
     unweighted.params = unweighted.params.model_copy(update={"weighted": False})
-    unweighted._client_half = None
+    unweighted._test_client_half = None
     unweighted.models["mlp"] = dict(x)
-    unweighted.aggregate(1, [upload(unweighted, specs[0], x, [0.6, -1.0], [2, 2], 2.0),
+    aggregate(unweighted, 1, [upload(unweighted, specs[0], x, [0.6, -1.0], [2, 2], 2.0),
                              upload(unweighted, specs[1], x, [1.6, -3.2], [4, 0], 6.0)])
     np.testing.assert_allclose(unweighted.models["mlp"]["w"], [1 - 4 * 0.05, -2 - 4 * -0.15], rtol=1e-6)
 

@@ -21,15 +21,17 @@ from fedray.models.wrap import WrappedModel
 from fedray.plugins import load, plugin_paths, uses_plugins
 from fedray.preflight import check_models
 from fedray.runner import run_experiment
+from tests.support import uploads
 
 USER_CODE = """
 import numpy as np
 import torch
 from torch import nn
 
-from fedray.algorithms import ClientAlgorithm, Params, Strategy
+from fedray.algorithms import ClientAlgorithm, Each, Params, Strategy, Sum
 from fedray.algorithms.base import Trained
-from fedray.algorithms.fedavg import FedAvg
+from fedray.algorithms.fedavg import FedAvg, FedAvgParams
+from fedray.algorithms.head_sharing import HeadSharingClient
 from fedray.attacks import Attack, Byzantine
 from fedray.observers import Observer
 
@@ -38,8 +40,9 @@ class Avg(FedAvg):
     name = "user-avg"
 
 
-class NoAggregate(FedAvg.__mro__[1]):  # Strategy itself: neither aggregate nor aggregate_sums
+class NoAggregate(Strategy):  # a server half without its server step
     name = "none"
+    Params, Client = FedAvgParams, HeadSharingClient
 
 
 def net(num_classes, hidden=16):
@@ -127,29 +130,56 @@ class MyByzantine(Byzantine):  # the built-in attack, as a user's subclass
     pass
 
 
-class NoRound(FedAvg):  # aggregate without its round
-    def aggregate(self, updates):
-        return {}
-
-
-class Misspelt(FedAvg):
-    def agregate_sums(self, round, sums, updates):
-        return {}
-
-
-class Bare(Strategy):  # no Params, no Client
+class TwoArguments(FedAvg):  # aggregate with a parameter the hook does not have
     def aggregate(self, round, updates):
         return {}
 
 
-class SumsNoTerms(Strategy):  # sums, but a client half without contribution
-    Params, Client = Params, ClientAlgorithm
-
-    def aggregate_sums(self, round, sums, updates):
+class Misspelt(FedAvg):
+    def agregate(self, round):
         return {}
 
 
-class ShortUpload(ClientAlgorithm):
+class Bare(Strategy):  # no Params, no Client
+    def aggregate(self, round):
+        return {}
+
+
+class NoStatistics(Strategy):  # a client half that declares nothing to read
+    Params, Client = Params, ClientAlgorithm
+
+    def aggregate(self, round):
+        return {}
+
+
+class ReadsAMisspeltStatistic(FedAvg):
+    def aggregate(self, round):
+        return {"user/sum": float(sum(s.weight for s in round.total("modle").values()))}
+
+
+class ExtraStatistic(HeadSharingClient):  # hands back a statistic it does not declare
+    def statistics(self, update, client):
+        return {**super().statistics(update, client), "extra": (1.0, np.zeros(1))}
+
+
+class WithExtraStatistic(FedAvg):
+    Client = ExtraStatistic
+
+
+class SumDeclaredEach(HeadSharingClient):  # declares a Sum, hands back an Each
+    @classmethod
+    def collected(cls, params):
+        return {"model": Sum}
+
+    def statistics(self, update, client):
+        return {"model": Each(update.payload)}
+
+
+class WithSumDeclaredEach(FedAvg):
+    Client = SumDeclaredEach
+
+
+class ShortUpload(HeadSharingClient):
     def upload(self, task, theta, local):
         return local.weights
 
@@ -206,15 +236,16 @@ def test_a_bad_import_path_is_one_line_naming_the_key(pkg, spec, says):
 
 @pytest.mark.parametrize("section, value, says", [
     ("algorithm", {"name": "{pkg}.things:net"}, "algorithm.name = '{pkg}.things:net': function net is not a fedray Strategy"),
-    ("algorithm", {"name": "{pkg}.things:NoAggregate"}, "NoAggregate implements neither aggregate nor aggregate_sums"),
+    ("algorithm", {"name": "{pkg}.things:NoAggregate"}, "NoAggregate implements no aggregate(round), its server step"),
     ("data", {"dataset": "{pkg}.things:Rounds", "options": {}}, "is neither a function that loads a data set nor a torch Dataset"),
     ("data", {"dataset": "{pkg}.things:NOT_A_CLASS", "options": {}}, "a int is not a function that loads a data set"),
     ("federation", {"architectures": {"{pkg}.things:Rounds": 8}}, "is class {pkg}.things.Rounds, not a torch.nn.Module class"),
     ("observers", ["{pkg}.things:net"], "observers[0] = '{pkg}.things:net': function net is not a subclass of fedray.observers.Observer"),
-    ("algorithm", {"name": "{pkg}.things:NoRound"}, "NoRound.aggregate(self, updates) does not match the hook Strategy.aggregate(self, round, updates): give it the hook's parameters"),
-    ("algorithm", {"name": "{pkg}.things:Misspelt"}, "Misspelt.agregate_sums is not a hook of Strategy; did you mean aggregate_sums?"),
+    ("algorithm", {"name": "{pkg}.things:TwoArguments"}, "TwoArguments.aggregate(self, round, updates) does not match the hook Strategy.aggregate(self, round): give it the hook's parameters"),
+    ("algorithm", {"name": "{pkg}.things:Misspelt"}, "Misspelt.agregate is not a hook of Strategy; did you mean aggregate?"),
     ("algorithm", {"name": "{pkg}.things:Bare"}, "Bare sets no Params: set Params to its parameters' pydantic model"),
-    ("algorithm", {"name": "{pkg}.things:SumsNoTerms"}, "SumsNoTerms implements aggregate_sums, but its client half ClientAlgorithm has no contribution"),
+    ("algorithm", {"name": "{pkg}.things:NoStatistics"}, "its client half ClientAlgorithm declares no statistics: implement ClientAlgorithm.collected(params)"),
+    ("algorithm", {"name": "{pkg}.things:ReadsAMisspeltStatistic"}, "ReadsAMisspeltStatistic.aggregate reads the statistic 'modle', which HeadSharingClient.collected never names"),
     ("algorithm", {"name": "{pkg}.things:WithShortUpload"}, "ShortUpload.upload(self, task, theta, local) does not match the hook ClientAlgorithm.upload(self, task, theta, local, client)"),
     ("data", {"adversaries": "{pkg}.things:Rounds"}, "data.adversaries = '{pkg}.things:Rounds': class {pkg}.things.Rounds is not a subclass of fedray.attacks.Attack"),
     ("data", {"adversaries": "{pkg}.things:Reversed", "adversary_options": {"scael": 2}}, "data.adversary_options: {pkg}.things:Reversed refused them (TypeError"),
@@ -227,6 +258,19 @@ def test_an_object_of_the_wrong_kind_is_refused_by_resolve(pkg, section, value, 
     with pytest.raises(ConfigError) as err:
         resolve(config(pkg, **{section: value}))
     assert says.format(pkg=pkg) in str(err.value) and "\n" not in str(err.value)
+
+
+@pytest.mark.parametrize("method, says", [
+    ("WithExtraStatistic", "ExtraStatistic: its statistics do not match collected(): not declared ['extra']"),
+    ("WithSumDeclaredEach", "its statistic 'model' is declared Sum in collected() but is an Each"),
+])
+def test_statistics_other_than_the_declared_ones_fail_the_round_in_one_line(pkg, tmp_path, method, says):
+    from fedray.runner import RunFailed
+
+    with pytest.raises(RunFailed) as err:
+        run_experiment(config(pkg, algorithm={"name": f"{pkg}.things:{method}"}), tmp_path / "run", progress=False)
+    message = str(err.value)
+    assert "\n" not in message and "failed in round 1 during statistics: ValueError: " in message and says in message
 
 
 def test_every_built_in_method_keeps_the_contract_the_check_asks_of_a_users():
@@ -328,7 +372,7 @@ def test_a_users_attack_sends_what_it_says_and_a_subclass_of_byzantine_runs_as_t
     fed = Federation(assemble(cfg), tmp_path / "reversed", checkpoints=False)
     theta = fed.strategy.models[f"{pkg}.things:net"]
     plan = fed.strategy.configure_round(1)
-    updates = fed.executor.execute(plan)
+    updates = uploads(fed, plan)
     roles = {c.client_id: c.role for c in fed.experiment.clients}
     assert sorted(roles.values()).count(f"{pkg}.things:Reversed") == 2
     for u in updates:

@@ -231,7 +231,7 @@ class KeepsAnObject(Observer):
         self.rounds = 0
 
     def aggregated(self, fed, step):  # before the round's checkpoint
-        self.rounds = step.round
+        self.rounds = step.number
 
     def state_dict(self):
         return {"rounds": self.rounds, "last": Record() if self.rounds >= 2 else None}

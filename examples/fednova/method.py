@@ -26,8 +26,8 @@ Local solvers (``training``):
 
 With equal ||a_i||_1 = tau for every client, tau_eff = tau and x^{t+1} = sum_i p_i x_i^{t,tau}:
 FedAvg weighted by n_i. The step needs the round's clients only through sum_i p_i d_i and
-sum_i p_i ||a_i||_1, so FedNova folds: each client's host adds its terms (:meth:`FedNovaClient.contribution`)
-to running sums and no client's update travels to the server on its own. Buffers (BatchNorm's running
+sum_i p_i ||a_i||_1, so its clients' statistics are sums (:meth:`FedNovaClient.statistics`): each
+client's host adds its terms to running sums and no client's update travels to the server on its own. Buffers (BatchNorm's running
 statistics and counter) are not trained by gradients: they are averaged with the weights p_i, as
 FedAvg averages them.
 """
@@ -35,18 +35,10 @@ FedAvg averages them.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Optional
 
 import numpy as np
 
-from fedray.algorithms import ClientAlgorithm, Params, Strategy, VirtualClient
-from fedray.algorithms.base import LocalUpdate
-from fedray.algorithms.helpers import mean_client_loss
-from fedray.config import Config
-from fedray.fold import Sums, Terms
-from fedray.messages import ClientTask, ClientUpdate
-from fedray.training import num_local_steps
-from fedray.weights import Weights
+from fedray.algorithms import ClientAlgorithm, Params, Round, Strategy, Sum, Weights
 
 
 class FedNovaParams(Params):
@@ -75,10 +67,14 @@ def a_norm(steps: int, momentum: float) -> float:
 class FedNovaClient(ClientAlgorithm):
     """Trains as FedAvg's client does (the default ``receive`` and ``train``); uploads d_i and ||a_i||_1."""
 
-    def upload(self, task: ClientTask, theta: Weights, local: LocalUpdate, client: VirtualClient) -> FedNovaUpload:
+    @classmethod
+    def collected(cls, params):
+        return {"d": Sum, "a_norm": Sum, "buffers": Sum}
+
+    def upload(self, task, theta, local, client) -> FedNovaUpload:
         # tau_i: the steps the client took. An adversary's stand-in update reports none: it counts
         # the steps an honest client of its size would have taken, so its model enters as one would.
-        steps = int(local.metrics.get("steps", 0)) or num_local_steps(client.num_samples, self.config.training)
+        steps = int(local.metrics.get("steps", 0)) or self.local_steps(client)
         norm = a_norm(steps, self.config.training.momentum)
         parameters = [name for name, _ in self.model(task.arch).named_parameters()]  # in the model's order
         d = {name: ((theta[name].astype(np.float64) - local.weights[name]) / norm).astype(np.float32)
@@ -86,19 +82,18 @@ class FedNovaClient(ClientAlgorithm):
         buffers = {name: value for name, value in local.weights.items() if name not in parameters}
         return FedNovaUpload(d, buffers, np.array(norm, dtype=np.float64))
 
-    def contribution(self, update: ClientUpdate, client: Optional[VirtualClient]) -> Terms:
-        """The terms of sum_i p_i d_i and sum_i p_i ||a_i||_1, each with the unnormalized weight
-        c_i = n_i (or 1); the server divides by sum_i c_i, which makes c_i / sum_j c_j = p_i."""
+    def statistics(self, update, client):
+        """The terms of sum_i p_i d_i, sum_i p_i ||a_i||_1 and the buffers' mean, each with the
+        unnormalized weight c_i = n_i (or 1); the server divides by sum_i c_i, which makes
+        c_i / sum_j c_j = p_i. A model without buffers sends an empty set of them."""
         c = float(update.num_samples) if self.params.weighted else 1.0
-        terms: Terms = {"d": (c, update.payload.d), "a_norm": (c, update.payload.a_norm)}
-        if update.payload.buffers:
-            terms["buffers"] = (c, update.payload.buffers)
-        return terms
+        up = update.payload
+        return {"d": (c, up.d), "a_norm": (c, up.a_norm), "buffers": (c, up.buffers)}
 
 
 class FedNova(Strategy):
     """The server half: configure_round is the default one (the global model broadcast to a
-    sampled fraction of the clients); the server step is :meth:`aggregate_sums`."""
+    sampled fraction of the clients); the server step is :meth:`aggregate`."""
 
     name = "fednova"
     description = "FedNova: clients' updates normalized by their local steps, averaged, and scaled by tau_eff"
@@ -108,23 +103,23 @@ class FedNova(Strategy):
     Client = FedNovaClient
 
     @classmethod
-    def config_problem(cls, config: Config, params: FedNovaParams) -> Optional[str]:
+    def config_problem(cls, config, params):
         if config.training.optimizer != "sgd":
             return (f"bad config value training.optimizer = {config.training.optimizer!r}: fednova normalizes "
                     "updates of local SGD (with or without momentum); set training.optimizer=sgd")
         return None
 
-    def aggregate_sums(self, round: int, sums: Sums, updates: list[ClientUpdate]) -> dict[str, float]:
-        metrics = dict(mean_client_loss(updates))
-        for arch, named in sums.items():
-            x, d = self.models[arch], named["d"]
+    def aggregate(self, round: Round) -> dict[str, float]:
+        metrics = round.mean_loss()
+        norms, buffers = round.total("a_norm"), round.mean("buffers")
+        for arch, d in round.total("d").items():
+            x = self.models[arch]
             mean_d = {name: total / d.weight for name, total in d.value().items()}  # sum_i p_i d_i
-            tau_eff = float(named["a_norm"].value()) / named["a_norm"].weight  # sum_i p_i ||a_i||_1
+            tau_eff = float(norms[arch].value()) / norms[arch].weight  # sum_i p_i ||a_i||_1
             model = dict(x)
             for name, step in mean_d.items():  # x^{t+1} = x^t - tau_eff sum_i p_i d_i, in float64
                 model[name] = (x[name].astype(np.float64) - tau_eff * step).astype(x[name].dtype)
-            if "buffers" in named:
-                model.update(named["buffers"].mean())  # sum_i p_i (buffers of x_i), as FedAvg
+            model.update(buffers[arch])  # sum_i p_i (buffers of x_i), as FedAvg
             self.models[arch] = model
             metrics[f"fednova/tau_eff/{arch}"] = tau_eff
         return metrics

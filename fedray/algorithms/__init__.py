@@ -9,13 +9,16 @@ client actors: they do not look names up again.
 from __future__ import annotations
 
 from fedray.algorithms.base import ClientAlgorithm, Params, ServerContext, Strategy, VirtualClient
+from fedray.fold import Sum
+from fedray.round import Each, Round, Statistics
+from fedray.weights import Weights
 from fedray.algorithms.central import Central
 from fedray.algorithms.cfl import CFL
 from fedray.algorithms.dgc import DGC
 from fedray.algorithms.dsgd import DSGD
 from fedray.algorithms.fd import CFD, FD
 from fedray.algorithms.fedaux import FedAUX
-from fedray.algorithms.fedavg import FedAvg
+from fedray.algorithms.fedavg import EachModelClient, FedAvg
 from fedray.algorithms.fedbe import FedBE
 from fedray.algorithms.fedopt import FedOpt
 from fedray.algorithms.feddf import FedDF
@@ -33,4 +36,6 @@ ALGORITHMS: dict[str, type[Strategy]] = {s.name: s for s in (FedAvg, FedProx, DS
                                                           FedDF, FedBE, FD, CFD, FedAUX, FedOpt, FedMMD, FedGen, FedDistill, FedEnsemble,
                                                           Scaffold, MrTF)}
 
-__all__ = ["ALGORITHMS", "ClientAlgorithm", "Params", "ServerContext", "Strategy", "VirtualClient"]
+# what a method's author imports: the two halves, their parameters, the statistics' kinds and the round
+__all__ = ["ALGORITHMS", "ClientAlgorithm", "Each", "EachModelClient", "Params", "Round", "ServerContext", "Statistics",
+           "Strategy", "Sum", "VirtualClient", "Weights"]

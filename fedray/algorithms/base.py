@@ -16,8 +16,10 @@ run does not prepare again, what it yielded is in the checkpoint. Then each roun
    coded update, soft labels). The host times them, counts the uploaded bytes, names the failing
    step, and stands in for ``train`` when the client is an adversary; per-client state (residuals,
    the last upload) lives in ``client.state`` on that host and is checkpointed with the run.
-3. ``Strategy.aggregate`` folds the updates into the server state and may run server-side work
-   (distillation, cluster splits); it returns metrics to log.
+3. On the host, ``ClientAlgorithm.statistics`` turns each upload into the statistics the client half
+   declares (``collected``): terms the server reads summed, or values it reads client by client
+   (``fedray.round``). ``Strategy.aggregate(round)`` reads them into the server state and may run
+   server-side work (distillation, cluster splits); it returns metrics to log.
 4. ``Strategy.models_to_evaluate`` names the models the loop evaluates on the test set.
 
 Methods override these hooks; shared server-side pieces (grouping by architecture, |D_i| weights,
@@ -37,11 +39,11 @@ import torch
 from pydantic import BaseModel, ConfigDict
 
 from fedray.algorithms.helpers import initial_model
-from fedray.config import Config, TrainingConfig
-from fedray.fold import Sums, Terms, add_terms
-from fedray.messages import ClientSpec, ClientTask, ClientUpdate, RoundPlan
 from fedray.cohort import CohortClient, StackedLoss, train_cohort
-from fedray.training import ExtraLoss, local_train, make_optimizer, optimizer_state
+from fedray.config import Config, TrainingConfig
+from fedray.messages import ClientSpec, ClientTask, ClientUpdate, RoundPlan
+from fedray.round import Round, Statistics
+from fedray.training import ExtraLoss, local_train, make_optimizer, num_local_steps, optimizer_state
 from fedray.weights import Weights, get_weights, set_weights
 
 
@@ -59,8 +61,11 @@ class VirtualClient:
     spec: ClientSpec
     x: torch.Tensor
     y: torch.Tensor
-    state: dict[str, Any] = field(default_factory=dict)
+    state: dict[str, Any] = field(default_factory=dict)  # kept from round to round, checkpointed
     attack: Any = None
+    # what the method keeps between the hooks of one task (receive, extra_loss, upload): emptied by
+    # the host before each task, never checkpointed
+    scratch: dict[str, Any] = field(default_factory=dict)
 
     @property
     def client_id(self) -> int:
@@ -204,18 +209,24 @@ class ClientAlgorithm:
         cfg, freeze = self.training(task), self.config.pretrain.freeze_features
         kept = cfg.optimizer_state == "keep"  # the optimiser goes on from the client's last training
         optimizer = make_optimizer(model, cfg, freeze, client.state.get("optimizer")) if kept else None
-        stats = local_train(model, client.x, client.y, cfg, generator, self.extra_loss(model, task), freeze, optimizer)
+        stats = local_train(model, client.x, client.y, cfg, generator, self.extra_loss(model, task, client), freeze,
+                            optimizer)
         if kept:
             client.state["optimizer"] = optimizer_state(optimizer)
         return Trained(get_weights(model), stats)
+
+    def local_steps(self, client: VirtualClient) -> int:
+        """The steps of one local training of ``client`` (``training.epochs`` or ``steps``)."""
+        return num_local_steps(client.num_samples, self.config.training)
 
     def training(self, task: ClientTask) -> TrainingConfig:
         """The task's local training settings: ``training``, its lr times the task's ``lr_scale``."""
         t = self.config.training
         return t if task.lr_scale == 1 else t.model_copy(update={"lr": t.lr * task.lr_scale})
 
-    def extra_loss(self, model: torch.nn.Module, task: ClientTask) -> Optional[ExtraLoss]:
-        """A term added to the local objective, built after ``model`` holds theta (none by default)."""
+    def extra_loss(self, model: torch.nn.Module, task: ClientTask, client: VirtualClient) -> Optional[ExtraLoss]:
+        """A term added to the local objective, built after ``model`` holds theta (none by default);
+        what ``receive`` left for it is in ``client.scratch``."""
         return None
 
     # -- vectorised local training (``runtime.vectorize``) --------------------------------------
@@ -249,13 +260,19 @@ class ClientAlgorithm:
         """What the client sends back (its ``bytes_up`` are counted by the host). Default: theta_i."""
         return local.weights
 
-    # -- folding (``fedray.fold``) ----------------------------------------------------------------
-    def contribution(self, update: ClientUpdate, client: Optional[VirtualClient]) -> Terms:
-        """What the client adds to the round's sums, for a method whose server step needs only sums
-        (``Strategy.folds``): name -> (coefficient c_i, x_i), summed as sum_i c_i x_i per architecture
-        on the host, in float64. ``update.payload`` is the client's upload; ``client`` is None when
-        the server folds uploads itself (``Strategy.aggregate`` of a folding method)."""
-        raise TypeError(f"{type(self).__name__} has no contribution: its method does not fold")
+    # -- what the server reads (``fedray.round``) -------------------------------------------------
+    @classmethod
+    def collected(cls, params: Params) -> dict[str, type]:
+        """The statistics a client hands back each round with ``params``: name -> ``Sum`` (a term
+        (c_i, x_i) the server reads summed) or ``Each`` (a value it reads client by client). Depends
+        on ``params`` only: it decides, before the run, whether the hosts sum (``fedray.round.collection``)."""
+        raise TypeError(f"{cls.__name__} declares no statistics: define collected(params) and statistics(update, client)")
+
+    def statistics(self, update: ClientUpdate, client: VirtualClient) -> Statistics:
+        """This client's statistics, made on its host from its upload (``update.payload``), one per
+        name of :meth:`collected`: a term ``(c_i, x_i)`` for a ``Sum`` (summed as sum_i c_i x_i per
+        architecture, in float64), ``Each(value, weight)`` for an ``Each``."""
+        raise TypeError(f"{type(self).__name__} makes no statistics: define statistics(update, client)")
 
 
 class Strategy(ABC):
@@ -316,45 +333,11 @@ class Strategy(ABC):
         """Take the answers to ``prepare``'s tasks; return metrics to log at step 0."""
         return {}
 
-    def aggregate(self, round: int, updates: list[ClientUpdate]) -> dict[str, float]:
-        """Fold the round's updates into the server state; return metrics named as TensorBoard tags.
-
-        A method whose server step needs every client's update overrides this. One that needs only
-        sums (:attr:`folds`) implements ``aggregate_sums`` and its client's ``contribution``
-        instead: then the hosts fold and this is only called with whole uploads (tests, a caller of
-        its own), which it folds here, in client-id order, as one unit."""
-        if not self.folds:
-            raise NotImplementedError(f"{type(self).__name__} implements neither aggregate nor aggregate_sums")
-        client = self.client_half()
-        sums: Sums = {}
-        for update in sorted(updates, key=lambda u: u.client_id):
-            add_terms(sums, update.arch, client.contribution(update, None))
-        return self.aggregate_sums(round, sums, updates)
-
-    def aggregate_sums(self, round: int, sums: Sums, updates: list[ClientUpdate]) -> dict[str, float]:
-        """Aggregate from the round's sums (``sums[arch][name]``, :class:`fedray.fold.Sum`), which the
-        hosts folded from the clients' ``ClientAlgorithm.contribution``; ``updates`` are the clients'
-        updates without their payloads (ids, sizes, bytes, metrics). Only for methods that fold."""
-        raise NotImplementedError
-
-    @property
-    def folds(self) -> bool:
-        """Whether this run's server step needs only sums of the clients' contributions (the hosts
-        fold them, ``fedray.fold``): true when the method implements ``aggregate_sums`` (and no subclass
-        of it overrides ``aggregate`` again) and its client half a ``contribution``. A method
-        that needs every update (clustered FL's similarities, a robust aggregator) does not."""
-        cls = type(self)
-        sums, whole = (next(k for k in cls.__mro__ if name in vars(k)) for name in ("aggregate_sums", "aggregate"))
-        return (sums is not Strategy and issubclass(sums, whole)  # not when a subclass aggregates its own way
-                and self.Client.contribution is not ClientAlgorithm.contribution)  # nor with a client that has no terms
-
-    def client_half(self) -> ClientAlgorithm:
-        """An instance of the method's client half in the server, for folding uploads here."""
-        if getattr(self, "_client_half", None) is None:
-            aux = None if self.ctx.aux_x is None else torch.from_numpy(np.array(self.ctx.aux_x)).to(self.ctx.device)
-            self._client_half = self.Client(self.params, self.config, self.ctx.build_model, self.ctx.device, aux,
-                                            self.ctx.initial_models)
-        return self._client_half
+    @abstractmethod
+    def aggregate(self, round: Round) -> dict[str, float]:
+        """The server step of the round: read the clients' statistics (``round.total``,
+        ``round.each``, ``round.mean``; ``round.updates`` holds their sizes, times and losses), update
+        the server state, and return metrics named as TensorBoard tags."""
 
     def models_to_evaluate(self) -> dict[str, Weights]:
         return self.models

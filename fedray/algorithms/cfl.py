@@ -40,11 +40,11 @@ import numpy as np
 from pydantic import Field
 
 from fedray.algorithms.base import ClientAlgorithm, Params, ServerContext, Strategy, Trained, VirtualClient, task_seed
-from fedray.algorithms.helpers import mean_client_loss, sample_weights
 from fedray.clustering import OrthonormalTransform, alpha_threshold, decide_split
 from fedray.config import Config
 from fedray.messages import ClientTask, ClientUpdate, RoundPlan
 from fedray.parameter_tree import ParameterTree, Split, TreeView
+from fedray.round import Each, Round, Statistics
 from fedray.weights import Weights, is_update
 
 
@@ -99,6 +99,15 @@ class CFLClient(ClientAlgorithm):
     def upload(self, task: ClientTask, theta: Weights, local: Trained, client: VirtualClient) -> np.ndarray:
         delta = flatten_update(local.weights, theta)
         return self.transform(delta.size).apply(delta).astype(np.float32)
+
+    @classmethod
+    def collected(cls, params: Params) -> dict[str, type]:
+        return {"update": Each}  # the server needs each client's update (Alg. 11's cosine similarities)
+
+    def statistics(self, update: ClientUpdate, client: VirtualClient) -> Statistics:
+        """dtheta_i, with c_i = |D_i| (``weighted``) or 1 for the cluster's mean."""
+        weight = float(update.num_samples) if self.params.weighted else 1.0
+        return {"update": Each(update.payload, weight)}
 
     def update_at(self, task: ClientTask, theta: Weights, client: VirtualClient) -> np.ndarray:
         """The client's transformed update at ``theta`` (a new client descending the tree, Alg. 13)."""
@@ -155,8 +164,8 @@ class CFL(Strategy):
                       for i in clusters[v]]
         return RoundPlan(tasks=tasks, broadcast=broadcast)
 
-    def aggregate(self, round: int, updates: list[ClientUpdate]) -> dict[str, float]:
-        by_id = {u.client_id: u for u in updates}
+    def aggregate(self, round: Round) -> dict[str, float]:
+        by_id = {i.client_id: i for i in round.each("update")}
         clusters = self.view.clusters()
         metrics: dict[str, float] = {}
         new_models, splits = {}, []
@@ -164,21 +173,21 @@ class CFL(Strategy):
             members = [i for i in clusters[v] if i in by_id]
             if not members:
                 continue
-            rows = np.stack([by_id[i].payload.astype(np.float64) for i in members])
-            coef = np.array(sample_weights([by_id[i] for i in members], self.params.weighted))
+            rows = np.stack([by_id[i].value.astype(np.float64) for i in members])
+            coef = np.array([by_id[i].weight for i in members])
             mean = (coef / coef.sum()) @ rows
             new_models[v] = add_flat(self.view.models[v], self.transform.invert(mean))
-            decision, eps1, eps2, may_split = self._decide(v, rows, mean, round, len(members))
+            decision, eps1, eps2, may_split = self._decide(v, rows, mean, round.number, len(members))
             metrics.update(self._cluster_metrics(v, decision, eps1, eps2))
             if decision.split:
                 splits.append(Split(v, [members[j] for j in decision.c1], [members[j] for j in decision.c2],
-                                    {i: by_id[i].payload for i in members}))
+                                    {i: by_id[i].value for i in members}))
             elif self.params.schedule == "recursive" and may_split and decision.mean_norm < eps1:
                 self.finished.append(v)  # Alg. 11's else-branch: this cluster keeps theta*
         keep = "larger" if self.params.byzantine else "both"
-        self.view = self.view.after(self.tree.apply(new_models, splits, round, keep), new_models)  # one write
+        self.view = self.view.after(self.tree.apply(new_models, splits, round.number, keep), new_models)  # one write
         self.changed = self.changed or bool(splits)
-        metrics.update(mean_client_loss(updates))
+        metrics.update(round.mean_loss())
         metrics.update(self._population_metrics())
         return metrics
 

@@ -13,7 +13,7 @@ Warm-up (``warmup_rounds`` > 0): the density p_t falls exponentially over the fi
 paper's 75%, 93.75%, 98.4375%, 99.6% sparsity over its first four epochs: p_t = max(p, 0.25^(1 + j))
 in the j-th quarter of the warm-up, then p. The server is the STC server (Alg. 7): it averages the
 sparse updates and, with ``down``, compresses the broadcast. As STC's, the average folds on the
-hosts (``STCClient.contribution``: each client's positions and values decoded there, its bytes
+hosts (``STCClient.statistics``: each client's positions and values decoded there, its bytes
 counted as sent); u_i and v_i stay in the client's state. The local optimiser should have no
 momentum of its own (DGC's momentum lives here).
 """

@@ -10,7 +10,7 @@ the round (all M when ``clients_per_round == num_clients``, the thesis setting).
 BatchNorm statistics are not gradients: they are averaged from the clients' forward passes.
 
 The all-reduce is a sum, so the hosts fold sum_i g_i and the buffers' sum (``fedray.fold``;
-``DSGDClient.contribution``) and no gradient reaches the server.
+``DSGDClient.statistics``) and no gradient reaches the server.
 """
 
 from __future__ import annotations
@@ -22,10 +22,10 @@ import torch
 import torch.nn.functional as F
 
 from fedray.algorithms.base import ClientAlgorithm, Gradient, Params, Strategy, VirtualClient
-from fedray.algorithms.helpers import mean_client_loss
 from fedray.config import Config
-from fedray.fold import Sums, Terms
+from fedray.fold import Sum
 from fedray.messages import ClientTask, ClientUpdate
+from fedray.round import Round, Statistics
 from fedray.training import batch_indices
 from fedray.weights import Weights, set_weights
 
@@ -59,10 +59,14 @@ class DSGDClient(ClientAlgorithm):
     def upload(self, task: ClientTask, theta: Weights, local: Gradient, client: VirtualClient) -> GradientUpload:
         return GradientUpload(local.grad, local.buffers)
 
-    def contribution(self, update: ClientUpdate, client: Optional[VirtualClient]) -> Terms:
-        """g_i and the buffers, each with c_i = 1 (the all-reduce's sum; a model without buffers has none)."""
-        grad, buffers = update.payload.grad, update.payload.buffers
-        return {"grad": (1.0, grad), **({"buffers": (1.0, buffers)} if buffers else {})}
+    @classmethod
+    def collected(cls, params: Params) -> dict[str, type]:
+        return {"grad": Sum, "buffers": Sum}
+
+    def statistics(self, update: ClientUpdate, client: VirtualClient) -> Statistics:
+        """g_i and the buffers, each with c_i = 1 (the all-reduce's sum; a model without buffers has
+        an empty one)."""
+        return {"grad": (1.0, update.payload.grad), "buffers": (1.0, update.payload.buffers)}
 
 
 class DSGD(Strategy):
@@ -81,14 +85,13 @@ class DSGD(Strategy):
                     "gradient and take no local step; the server steps with training.lr")
         return None
 
-    def aggregate_sums(self, round: int, sums: Sums, updates: list[ClientUpdate]) -> dict[str, float]:
+    def aggregate(self, round: Round) -> dict[str, float]:
         eta = self.config.training.lr
-        for arch, named in sums.items():
-            g = named["grad"].mean()  # 1/M sum_i g_i, summed on the hosts
+        buffers = round.mean("buffers")
+        for arch, g in round.mean("grad").items():  # 1/M sum_i g_i
             model = dict(self.models[arch])
             for name, grad in g.items():
                 model[name] = (model[name] - eta * grad).astype(model[name].dtype)  # theta - eta g
-            if "buffers" in named:
-                model.update(named["buffers"].mean())
+            model.update(buffers[arch])
             self.models[arch] = model
-        return mean_client_loss(updates)
+        return round.mean_loss()

@@ -39,20 +39,20 @@ from __future__ import annotations
 
 import zlib
 from dataclasses import dataclass
-from typing import Any, Literal, Optional
+from typing import Any, Literal
 
 import numpy as np
 import torch
 from pydantic import Field, field_validator, model_validator
 
 from fedray.algorithms.base import ClientAlgorithm, Params, Trained, VirtualClient, task_seed
-from fedray.algorithms.helpers import mean_client_loss
 from fedray.distill import DistillParams, predict_logits
 from fedray.distill.soft_labels import (FULL_PRECISION, decode_soft_labels, dequantize, encode_soft_labels,
                                         entropy_bits, quantize)
 from fedray.distill.strategy import DistillationStrategy
-from fedray.fold import Sums, Terms, add_terms
+from fedray.fold import Sum
 from fedray.messages import ClientSpec, ClientTask, ClientUpdate, RoundPlan
+from fedray.round import Round, Statistics
 from fedray.weights import Weights, set_weights
 
 
@@ -99,10 +99,10 @@ def as_probs(labels: np.ndarray, bits: int) -> np.ndarray:
     return labels if bits == FULL_PRECISION else dequantize(labels, bits)
 
 
-def label_terms(labels: np.ndarray, bits: int) -> Terms:
+def label_terms(labels: np.ndarray, bits: int) -> Statistics:
     """A client's terms of Y = mean_i Y~_i (eq. 2.2 / Alg. 8): its labels as probabilities, weight 1;
     quantised, also eq. 5.2's H of them (a 0-d array), whose mean is ``distill/entropy_bits_up``."""
-    terms: Terms = {"labels": (1.0, as_probs(labels, bits))}
+    terms: Statistics = {"labels": (1.0, as_probs(labels, bits))}
     if bits != FULL_PRECISION:
         terms["entropy"] = (1.0, np.array(entropy_bits(labels)))
     return terms
@@ -162,14 +162,15 @@ class FDClient(ClientAlgorithm):
         client.state["last"] = labels if p.b_up != FULL_PRECISION else None
         return CodedLabels(stream)
 
-    def contribution(self, update: ClientUpdate, client: Optional[VirtualClient]) -> Terms:
+    @classmethod
+    def collected(cls, params: FDParams) -> dict[str, type]:
+        return {"labels": Sum, **({"entropy": Sum} if params.b_up != FULL_PRECISION else {})}
+
+    def statistics(self, update: ClientUpdate, client: VirtualClient) -> Statistics:
         """Y~_i as the server would decode it: the quantised labels the stream codes (``last``), or
         the float32 stream (32 bits: never delta-coded)."""
         if self.params.b_up == FULL_PRECISION:
             return label_terms(decode_soft_labels(update.payload.stream), FULL_PRECISION)
-        if client is None:
-            raise RuntimeError(f"client {update.client_id}'s quantised labels are on its host: the server "
-                               f"decodes them with its copy of the client's last upload (FD.aggregate)")
         return label_terms(client.state["last"], self.params.b_up)
 
 
@@ -181,14 +182,13 @@ class FD(DistillationStrategy):
         "2021, TU Berlin)")
     Params = FDParams
     Client = FDClient
-    state_attrs = ("models", "start", "down", "sent", "last_up")
+    state_attrs = ("models", "start", "down", "sent")
 
     def __init__(self, params: FDParams, ctx):
         super().__init__(params, ctx)
         self.start = dict(self.models)  # what this round's clients start from (the same initial model)
         self.down: dict[str, np.ndarray] = {}  # each architecture's soft labels for the next clients
         self.sent: dict[int, np.ndarray] = {}  # the labels each client downloaded last (delta coding)
-        self.last_up: dict[int, np.ndarray] = {}  # each client's last upload (decoding of deltas)
 
     def configure_round(self, round: int) -> RoundPlan:
         """Each client gets the distilled start model (free: every client computes the same one) and,
@@ -221,26 +221,11 @@ class FD(DistillationStrategy):
         self.sent[client.client_id] = labels
         return key
 
-    def _decode(self, update: ClientUpdate) -> np.ndarray:
-        """A client's uploaded labels as sent (integer counts for b_up <= 16, else float32 probabilities)."""
-        previous = self.last_up.get(update.client_id) if self.params.delta else None
-        labels = decode_soft_labels(update.payload.stream, previous)
-        if self.params.b_up != FULL_PRECISION:
-            self.last_up[update.client_id] = labels
-        return labels
-
-    def aggregate(self, round: int, updates: list[ClientUpdate]) -> dict[str, float]:
-        """Whole uploads (``runtime.fold: false``, tests): decoded and folded here, in client-id order."""
-        sums: Sums = {}
-        for update in sorted(updates, key=lambda u: u.client_id):
-            add_terms(sums, update.arch, label_terms(self._decode(update), self.params.b_up))
-        return self.aggregate_sums(round, sums, updates)
-
-    def aggregate_sums(self, round: int, sums: Sums, updates: list[ClientUpdate]) -> dict[str, float]:
-        p = self.params
+    def aggregate(self, round: Round) -> dict[str, float]:
+        p, sums, number = self.params, round.totals(), round.number
         y = torch.from_numpy(self.pooled_mean(sums, "labels").astype(np.float32))  # Y = mean_i Y~_i
-        metrics = mean_client_loss(updates)
-        metrics["comm/soft_label_bytes_up"] = float(sum(u.bytes_up for u in updates))
+        metrics = round.mean_loss()
+        metrics["comm/soft_label_bytes_up"] = float(sum(u.bytes_up for u in round.updates))
         metrics["comm/soft_label_bytes_down"] = self.round_down
         if p.b_up != FULL_PRECISION:  # eq. 5.2's H of the quantised uploads, before delta coding
             metrics["distill/entropy_bits_up"] = float(self.pooled_mean(sums, "entropy"))
@@ -249,14 +234,14 @@ class FD(DistillationStrategy):
                 metrics[f"distill/accuracy_before/{arch}"] = self.test_accuracy(arch, self.models[arch])
             teacher = y
             if p.mode == "dual":  # eq. 5.13: the server model continues from its previous state
-                self.models[arch], stats = self.distill_weights(arch, self.models[arch], y, p.distill, round)
+                self.models[arch], stats = self.distill_weights(arch, self.models[arch], y, p.distill, number)
                 metrics[f"distill/loss/{arch}"] = stats["loss"]
                 teacher = torch.softmax(self.logits(arch, self.models[arch], self.aux), dim=1).cpu()
-            seed = task_seed(self.config.seed, round, 2**41 + index)
+            seed = task_seed(self.config.seed, number, 2**41 + index)
             self.down[arch] = quantized(teacher.numpy(), p.b_down, seed)
             target = torch.from_numpy(as_probs(self.down[arch], p.b_down))
-            init = self.start[arch] if p.mode == "init_previous" else self.random_init(arch, round + 1)
-            self.start[arch], stats = self.distill_weights(arch, init, target, p.distill, round + 1, "/start")
+            init = self.start[arch] if p.mode == "init_previous" else self.random_init(arch, number + 1)
+            self.start[arch], stats = self.distill_weights(arch, init, target, p.distill, number + 1, "/start")
             if p.mode != "dual":
                 self.models[arch] = self.start[arch]
                 metrics[f"distill/loss/{arch}"] = stats["loss"]

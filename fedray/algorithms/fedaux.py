@@ -49,12 +49,13 @@ import torch
 from pydantic import Field
 
 from fedray.algorithms.base import ServerContext, VirtualClient, task_seed
-from fedray.algorithms.feddf import TEST_INPUTS, FedDF, FedDFClient, FusionParams
+from fedray.algorithms.feddf import FedDF, FedDFClient, FusionParams, TEST_INPUTS
 from fedray.config import Config
 from fedray.distill import predict_features
-from fedray.fold import Sums
+from fedray.fold import Sum
 from fedray.messages import ClientTask, ClientUpdate, RoundPlan
 from fedray.privacy import SCORERS, dp_mu, privacy_spent, scorer_from_upload
+from fedray.round import Round
 from fedray.weights import Weights, set_weights
 
 ScorerName = Literal["logistic", "kde", "isolation_forest", "one_class_svm", "svm_rbf", "random", "equal"]
@@ -120,11 +121,16 @@ class FedAUXClient(FedDFClient):
         self._h0.clear()  # a round: the preparation is over
         return super().receive(task, downloads, client)
 
-    def certainty(self, update: ClientUpdate, client: Optional[VirtualClient]
-                  ) -> tuple[Optional[np.ndarray], Optional[np.ndarray]]:
+    @classmethod
+    def collected(cls, params: FedAUXParams) -> dict[str, type]:
+        """FedDF's; with a scorer and ``log_ensemble`` also the test outputs weighted by s_i."""
+        weighted = params.log_ensemble and params.scorer != "equal"
+        return {**super().collected(params), **({"test_weighted": Sum} if weighted else {})}
+
+    def certainty(self, update: ClientUpdate, client: VirtualClient) -> tuple[Optional[np.ndarray], Optional[np.ndarray]]:
         if self.params.scorer == "equal":
             return None, None  # FedDF+P
-        if client is None or "scores" not in client.state:
+        if "scores" not in client.state:
             raise RuntimeError(f"client {update.client_id} holds no certainty scores on this host: "
                                f"its preparation (Alg. 14) did not run here")
         return client.state["scores"], client.state.get("test_scores")
@@ -210,15 +216,9 @@ class FedAUX(FedDF):
         return float(roc_auc_score(own, self.test_scores[client_id]))
 
     # -- rounds (Alg. 15) ------------------------------------------------------------------------
-    def client_scores(self, client_id: int) -> tuple[Optional[np.ndarray], Optional[np.ndarray]]:
-        """s_i on D_distill and on the test set (eq. 7.4); none for ``equal`` (FedDF+P, bit for bit)."""
-        if not self.scores:
-            return None, None
-        return self.scores[client_id], self.test_scores.get(client_id)
-
-    def aggregate_sums(self, round: int, sums: Sums, updates: list[ClientUpdate]) -> dict[str, float]:
-        self.teachers = sorted(u.client_id for u in updates)  # for this round's histogram
-        return super().aggregate_sums(round, sums, updates)
+    def aggregate(self, round: Round) -> dict[str, float]:
+        self.teachers = sorted(u.client_id for u in round.updates)  # for this round's histogram
+        return super().aggregate(round)
 
     def artifacts(self, round: int) -> dict[str, Any]:
         if not self.scores:

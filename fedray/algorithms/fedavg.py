@@ -6,7 +6,7 @@
         theta   <- 1/|I_t| sum_i theta_i                                           # aggregate
 
 The client half is the default ``ClientAlgorithm`` (as ``HeadSharingClient``): it trains the
-broadcast model and uploads theta_i, which its host folds into sum_i c_i theta_i (``fedray.fold``). Alg. 2 averages unweighted; ``weighted: true`` weights by |D_i| as Alg. 10/15 and
+broadcast model and uploads theta_i, whose statistic is the term (c_i, theta_i) of sum_i c_i theta_i (``fedray.round``). Alg. 2 averages unweighted; ``weighted: true`` weights by |D_i| as Alg. 10/15 and
 McMahan et al. do. Averaging happens within an architecture: one global model per architecture.
 
 ``share: head`` shares only the last, linear layer (FedGen's Table 4, :mod:`fedray.algorithms.head_sharing`):
@@ -18,13 +18,10 @@ and FedDistill+ inherit it; central, FedOpt and FedEnsemble build on FedAvg with
 
 from __future__ import annotations
 
-from fedray.algorithms.base import Params
-from fedray.algorithms.head_sharing import (HeadSharingClient, HeadSharingParams, HeadSharingStrategy, shared,
-                                           shares_heads)
-from fedray.algorithms.helpers import group_by_arch, mean_client_loss, sample_weights
-from fedray.fold import Sums
+from fedray.algorithms.base import Params, VirtualClient
+from fedray.algorithms.head_sharing import HeadSharingClient, HeadSharingParams, HeadSharingStrategy
 from fedray.messages import ClientUpdate
-from fedray.weights import weighted_mean
+from fedray.round import Each, Round, Statistics
 
 
 class AveragingParams(Params):
@@ -33,6 +30,21 @@ class AveragingParams(Params):
 
 class FedAvgParams(AveragingParams, HeadSharingParams):
     """FedAvg's: ``weighted`` and ``share``."""
+
+
+class EachModelClient(HeadSharingClient):
+    """FedAvg's client whose model reaches the server on its own (an ``Each`` statistic, weight c_i
+    = |D_i| with ``weighted``, else 1): for a server step that needs every model, such as an
+    ensemble of them or a robust aggregator (``round.each("model")``); FedAvg's ``round.mean``
+    is then their weighted mean."""
+
+    @classmethod
+    def collected(cls, params: Params) -> dict[str, type]:
+        return {"model": Each}
+
+    def statistics(self, update: ClientUpdate, client: VirtualClient) -> Statistics:
+        weight = float(update.num_samples) if getattr(self.params, "weighted", False) else 1.0
+        return {"model": Each(update.payload, weight)}
 
 
 class FedAvg(HeadSharingStrategy):
@@ -44,20 +56,8 @@ class FedAvg(HeadSharingStrategy):
     Client = HeadSharingClient  # theta_i <- SGD_E(theta, D_i); upload theta_i (or its head)
     state_attrs = ("models", "bodies")
 
-    @property
-    def folds(self) -> bool:
-        return super().folds and not shares_heads(self.params)  # with share: head the server keeps each client's body
-
-    def aggregate_sums(self, round: int, sums: Sums, updates: list[ClientUpdate]) -> dict[str, float]:
-        for arch, named in sums.items():  # theta <- sum_i c_i theta_i / sum_i c_i, folded on the hosts
-            self.models[arch] = {**self.models[arch], **named["model"].mean()}
-        return mean_client_loss(updates)
-
-    def aggregate(self, round: int, updates: list[ClientUpdate]) -> dict[str, float]:
-        if self.folds:
-            return super().aggregate(round, updates)
-        for arch, group in group_by_arch(updates).items():
-            mean = weighted_mean([shared(u.payload) for u in group], sample_weights(group, self.params.weighted))
+    def aggregate(self, round: Round) -> dict[str, float]:
+        for arch, mean in round.mean("model").items():  # theta <- sum_i c_i theta_i / sum_i c_i
             self.models[arch] = {**self.models[arch], **mean}
-        self.keep_bodies(updates)
-        return mean_client_loss(updates)
+        self.keep_bodies(round)
+        return round.mean_loss()

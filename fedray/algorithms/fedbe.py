@@ -22,7 +22,6 @@ models: their outputs are computed in the server and added to the clients' sum.
 
 from __future__ import annotations
 
-from typing import Optional
 
 import numpy as np
 from pydantic import Field
@@ -33,6 +32,7 @@ from fedray.config import capped
 from fedray.distill.ensemble import EnsembleMode
 from fedray.fold import Sum, Sums, Terms
 from fedray.messages import ClientUpdate
+from fedray.round import Statistics
 from fedray.weights import Weights
 
 
@@ -78,9 +78,13 @@ def gaussian_std(moments: dict[str, Sum], names: set[str]) -> dict[str, np.ndarr
 class FedBEClient(FedDFClient):
     """FedDF's client; its terms add the second moment of theta_i (``square``)."""
 
-    def contribution(self, update: ClientUpdate, client: Optional[VirtualClient]) -> Terms:
+    @classmethod
+    def collected(cls, params: FedBEParams) -> dict[str, type]:
+        return {**super().collected(params), "square": Sum}
+
+    def statistics(self, update: ClientUpdate, client: VirtualClient) -> Statistics:
         names = {name for name, _ in self.model(update.arch).named_parameters()}
-        return {**super().contribution(update, client), **square_terms(update, self.params, names)}
+        return {**super().statistics(update, client), **square_terms(update, self.params, names)}
 
 
 class FedBE(FedDF):
@@ -90,10 +94,6 @@ class FedBE(FedDF):
         " baseline of FedAUX, without the SWA of the paper")
     Params = FedBEParams
     Client = FedBEClient
-
-    def server_terms(self, update: ClientUpdate) -> Terms:
-        names = {name for name, _ in self.work_model(update.arch).named_parameters()}
-        return {**super().server_terms(update), **square_terms(update, self.params, names)}
 
     def extra_teachers(self, round: int, sums: Sums, archs: list[str]) -> list[tuple[str, Weights]]:
         rng = np.random.default_rng([self.config.seed, round, 0xFEDBE])

@@ -54,13 +54,14 @@ import torch
 from pydantic import Field
 
 from fedray.algorithms.base import Params, Trained, VirtualClient
-from fedray.algorithms.head_sharing import HeadSharingClient, HeadSharingParams, HeadSharingStrategy, shares_heads
-from fedray.algorithms.helpers import mean_client_loss
+from fedray.algorithms.head_sharing import (HeadSharingClient, HeadSharingParams, HeadSharingStrategy, body_of,
+                                            shares_heads)
 from fedray.distill import DistillParams, predict_logits
 from fedray.distill.ensemble import EnsembleMode, soft_labels, teacher_output
 from fedray.distill.strategy import DistillationStrategy
-from fedray.fold import Sums, Terms, add_terms
+from fedray.fold import Sum, Sums, Terms
 from fedray.messages import ClientTask, ClientUpdate, RoundPlan
+from fedray.round import Each, Round, Statistics
 from fedray.weights import SIMULATION, Weights, set_weights
 
 TEST_INPUTS = "test/x"  # the broadcast key of the test inputs (``log_ensemble``)
@@ -134,11 +135,24 @@ class FedDFClient(HeadSharingClient):
         test = predict_logits(model, self.test_x).cpu().numpy() if TEST_INPUTS in task.payload_keys else None
         return WeightsAndLogits(local.weights, predict_logits(model, self.aux_x).cpu().numpy(), test)
 
-    def contribution(self, update: ClientUpdate, client: Optional[VirtualClient]) -> Terms:
-        return fusion_terms(update, self.params, *self.certainty(update, client))
+    @classmethod
+    def collected(cls, params: FusionParams) -> dict[str, type]:
+        """theta_i and the teacher output summed (with the test outputs under ``log_ensemble``); with
+        ``share: head`` each body too, for the server's scores."""
+        kinds: dict[str, type] = {"model": Sum, "teacher": Sum}
+        if params.log_ensemble:
+            kinds["test"] = Sum
+        if shares_heads(params):
+            kinds["body"] = Each
+        return kinds
 
-    def certainty(self, update: ClientUpdate, client: Optional[VirtualClient]
-                  ) -> tuple[Optional[np.ndarray], Optional[np.ndarray]]:
+    def statistics(self, update: ClientUpdate, client: VirtualClient) -> Statistics:
+        statistics: Statistics = fusion_terms(update, self.params, *self.certainty(update, client))
+        if shares_heads(self.params):
+            statistics["body"] = Each(body_of(update.payload.weights))
+        return statistics
+
+    def certainty(self, update: ClientUpdate, client: VirtualClient) -> tuple[Optional[np.ndarray], Optional[np.ndarray]]:
         """s_i on D_distill and on the test set (FedAUX's); none for FedDF (eq. 7.2)."""
         return None, None
 
@@ -152,10 +166,6 @@ class FedDF(HeadSharingStrategy, DistillationStrategy):
     Client = FedDFClient
     state_attrs = ("models", "bodies")
 
-    @property
-    def folds(self) -> bool:
-        return super().folds and not shares_heads(self.params)  # share: head keeps each client's body
-
     def configure_round(self, round: int) -> RoundPlan:
         return self.with_test_inputs(super().configure_round(round))
 
@@ -166,34 +176,17 @@ class FedDF(HeadSharingStrategy, DistillationStrategy):
         tasks = [replace(t, payload_keys=t.payload_keys + (TEST_INPUTS,)) for t in plan.tasks]
         return RoundPlan(tasks, {**plan.broadcast, TEST_INPUTS: self.ctx.test_x}, {**plan.sizes, TEST_INPUTS: 0})
 
-    def client_scores(self, client_id: int) -> tuple[Optional[np.ndarray], Optional[np.ndarray]]:
-        """s_i on D_distill and on the test set as the server has them (FedAUX's); none for FedDF."""
-        return None, None
-
-    def server_terms(self, update: ClientUpdate) -> Terms:
-        """A whole upload's terms, made in the server (what the client's host makes when folding)."""
-        return fusion_terms(update, self.params, *self.client_scores(update.client_id))
-
-    def aggregate(self, round: int, updates: list[ClientUpdate]) -> dict[str, float]:
-        """Whole uploads (``runtime.fold: false``, ``share: head``, tests): folded here, in client-id
-        order as one unit, then aggregated as the hosts' sums are."""
-        sums: Sums = {}
-        for update in sorted(updates, key=lambda u: u.client_id):
-            add_terms(sums, update.arch, self.server_terms(update))
-        metrics = self.aggregate_sums(round, sums, updates)
-        self.keep_bodies([replace(u, payload=u.payload.weights) for u in updates])
-        return metrics
-
-    def aggregate_sums(self, round: int, sums: Sums, updates: list[ClientUpdate]) -> dict[str, float]:
+    def aggregate(self, round: Round) -> dict[str, float]:
+        sums = round.totals()
         for arch, named in sums.items():  # the FedAvg init of each student (Alg. 15)
             self.models[arch] = named["model"].mean()
-        archs = [a for a in dict.fromkeys(u.arch for u in sorted(updates, key=lambda u: u.client_id)) if a in sums]
-        extra = self.extra_teachers(round, sums, archs)
+        archs = [a for a in dict.fromkeys(u.arch for u in round.updates) if a in sums]
+        extra = self.extra_teachers(round.number, sums, archs)
         p = self.params
         own = [teacher_output(self.logits(arch, w, self.aux).cpu().numpy(), p.ensemble, p.distill.temperature)
                for arch, w in extra]
         target = soft_labels(self.pooled_mean(sums, "teacher", own), p.ensemble, p.distill.temperature)  # eq. 7.2 / 7.4
-        metrics = mean_client_loss(updates)
+        metrics = round.mean_loss()
         teachers = [sums[a]["teacher"] for a in archs]
         rows, classes = target.shape  # each client uploads float32 logits (N, C) on D_distill
         metrics["comm/soft_label_bytes_up"] = float(sum(t.count for t in teachers) * rows * classes * 4)
@@ -203,9 +196,10 @@ class FedDF(HeadSharingStrategy, DistillationStrategy):
             if p.log_before:
                 metrics[f"distill/accuracy_before/{arch}"] = self.test_accuracy(arch, self.models[arch])
             self.models[arch], stats = self.distill_weights(arch, self.models[arch], target.to(self.aux.device),
-                                                            p.distill, round)
+                                                            p.distill, round.number)
             metrics[f"distill/loss/{arch}"] = stats["loss"]
             metrics[f"distill/accuracy_after/{arch}"] = self.test_accuracy(arch, self.models[arch])
+        self.keep_bodies(round)
         return metrics
 
     def extra_teachers(self, round: int, sums: Sums, archs: list[str]) -> list[tuple[str, Weights]]:

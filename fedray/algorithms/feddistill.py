@@ -37,11 +37,11 @@ from pydantic import Field
 
 from fedray.algorithms.base import ServerContext, Trained, VirtualClient
 from fedray.algorithms.fedavg import FedAvg, FedAvgParams
-from fedray.algorithms.head_sharing import HeadSharingClient, score_own_models
-from fedray.algorithms.helpers import mean_client_loss
+from fedray.algorithms.head_sharing import HeadSharingClient, score_own_models, shares_heads
 from fedray.config import Config
-from fedray.fold import Sums, Terms
+from fedray.fold import Sum
 from fedray.messages import ClientTask, ClientUpdate, RoundPlan
+from fedray.round import Each, Round, Statistics
 from fedray.training import Batch, ExtraLoss
 from fedray.weights import SIMULATION, Weights
 
@@ -86,10 +86,6 @@ def table_of(total: np.ndarray, users: np.ndarray) -> tuple[np.ndarray, np.ndarr
 class FedDistillClient(HeadSharingClient):
     stateful = True  # FedDistill's users keep their own models
 
-    def __init__(self, *args: Any, **kwargs: Any):
-        super().__init__(*args, **kwargs)
-        self._round: dict[int, tuple[Optional[np.ndarray], Optional[np.ndarray], np.ndarray, np.ndarray]] = {}
-
     def receive(self, task: ClientTask, downloads: tuple[Any, ...], client: VirtualClient) -> Weights:
         if self.params.share_models:
             theta, table = downloads
@@ -103,11 +99,12 @@ class FedDistillClient(HeadSharingClient):
         else:  # the code's counts start at 1 (userFedDistill.py:12), so every label has a row
             sums = np.zeros((num_classes, num_classes))
             counts = np.full(num_classes, int(self.params.table == "code"), np.int64)
-        self._round[task.client_id] = (table["logits"], table["have"], sums, counts) if table else (None, None, sums, counts)
+        # this task's table (None before the first) and the label-wise sums and counts it adds up
+        client.scratch["table"] = (table["logits"], table["have"], sums, counts) if table else (None, None, sums, counts)
         return theta
 
-    def extra_loss(self, model: torch.nn.Module, task: ClientTask) -> Optional[ExtraLoss]:
-        table, have, sums, counts = self._round[task.client_id]
+    def extra_loss(self, model: torch.nn.Module, task: ClientTask, client: VirtualClient) -> Optional[ExtraLoss]:
+        table, have, sums, counts = client.scratch["table"]
         reg = self.params.reg
         target = torch.softmax(torch.from_numpy(table), dim=1).to(self.device) if table is not None else None
         known = torch.from_numpy(have).to(self.device) if have is not None else None
@@ -125,7 +122,7 @@ class FedDistillClient(HeadSharingClient):
         return tracked
 
     def upload(self, task: ClientTask, theta: Weights, local: Trained, client: VirtualClient) -> Any:
-        _, _, sums, counts = self._round.pop(task.client_id)
+        _, _, sums, counts = client.scratch["table"]
         means = (sums / np.maximum(counts, 1)[:, None]).astype(np.float32)
         if self.params.table == "code":
             client.state["tracker"] = {"sums": sums, "counts": counts}
@@ -134,12 +131,28 @@ class FedDistillClient(HeadSharingClient):
         client.state["model"] = local.weights
         return PrivateModelUpload(means, counts, local.weights)
 
-    def contribution(self, update: ClientUpdate, client: Optional[VirtualClient]) -> Terms:
-        """FedDistill+'s: FedAvg's theta_k, and t_k with the coefficient s_k, a (C, 1) column of 1 where
-        the user saw the label, 0 where not (broadcast over each row of logits)."""
+    @classmethod
+    def collected(cls, params: FedDistillParams) -> dict[str, type]:
+        """FedDistill+ with whole models: FedAvg's theta_k and the label-wise logits, summed. Else each
+        user's logits and counts (the table of ``logit_table``), and its own model (FedDistill) or
+        FedAvg's head and body (FedDistill+ with ``share: head``)."""
+        if not params.share_models:
+            return {"logits": Each, "counts": Each, "own": Each}
+        if shares_heads(params):
+            return {**super().collected(params), "logits": Each, "counts": Each}
+        return {**super().collected(params), "logits": Sum}
+
+    def statistics(self, update: ClientUpdate, client: VirtualClient) -> Statistics:
+        """Summed: t_k with the coefficient s_k, a (C, 1) column of 1 where the user saw the label, 0
+        where not (broadcast over each row of logits)."""
         up = update.payload
+        if not self.params.share_models:
+            return {"logits": Each(up.logits), "counts": Each(up.counts), "own": Each(up.weights)}
+        model = super().statistics(replace(update, payload=up.weights), client)
+        if shares_heads(self.params):
+            return {**model, "logits": Each(up.logits), "counts": Each(up.counts)}
         seen = (up.counts > 0).astype(np.float64)[:, None]
-        return {**super().contribution(replace(update, payload=up.weights), client), "logits": (seen, up.logits)}
+        return {**model, "logits": (seen, up.logits)}
 
 
 class FedDistill(FedAvg):
@@ -170,27 +183,21 @@ class FedDistill(FedAvg):
         broadcast = {**(plan.broadcast if self.params.share_models else {}), "logits": self.table}
         return RoundPlan(tasks=tasks, broadcast=broadcast)
 
-    @property
-    def folds(self) -> bool:
-        return super().folds and self.params.share_models  # FedDistill scores every user's own model
-
-    def aggregate_sums(self, round: int, sums: Sums, updates: list[ClientUpdate]) -> dict[str, float]:
-        # one table for every architecture, added in the run's order of them (whoever answered first)
-        parts = [sums[arch]["logits"] for arch in self.ctx.architectures if arch in sums]
-        total, users = np.add.reduce([s.value() for s in parts]), np.add.reduce([s.weight for s in parts])[:, 0]
-        table, have = table_of(total, users)
-        self.table = {"logits": table, "have": have}
-        return super().aggregate_sums(round, sums, updates)
-
-    def aggregate(self, round: int, updates: list[ClientUpdate]) -> dict[str, float]:
-        if self.folds:
-            return super().aggregate(round, updates)  # folded here, then aggregate_sums
-        table, have = logit_table(np.stack([u.payload.logits for u in updates]), np.stack([u.payload.counts for u in updates]))
+    def aggregate(self, round: Round) -> dict[str, float]:
+        if self.Client.collected(self.params)["logits"] is Sum:
+            # one table for every architecture, added in the run's order of them (whoever answered first)
+            sums = round.totals()
+            parts = [sums[arch]["logits"] for arch in self.ctx.architectures if arch in sums]
+            total, users = np.add.reduce([s.value() for s in parts]), np.add.reduce([s.weight for s in parts])[:, 0]
+            table, have = table_of(total, users)
+        else:  # each user's logits: the float32 table of the users that saw each label
+            table, have = logit_table(np.stack([i.value for i in round.each("logits")]),
+                                      np.stack([i.value for i in round.each("counts")]))
         self.table = {"logits": table, "have": have}
         if self.params.share_models:
-            return super().aggregate(round, [replace(u, payload=u.payload.weights) for u in updates])
-        self.scored = [(u.client_id, u.arch, u.payload.weights) for u in updates]
-        return mean_client_loss(updates)
+            return super().aggregate(round)
+        self.scored = [(i.client_id, i.arch, i.value) for i in round.each("own")]
+        return round.mean_loss()
 
     def evaluate(self, evaluate_model: Callable[[str, Weights, int], dict[str, float]]) -> dict[str, float]:
         if self.params.share_models or not self.scored:

@@ -3,9 +3,10 @@ the answer is the ensemble of every user's latest local model, scored by the mea
 (the paper: "ensembles the prediction outputs of all user models"; a user is in once it has
 trained). ``eval/accuracy`` is the ensemble's; ``eval/accuracy_global`` the averaged model's.
 
-It does not fold (``fedray.fold``): the ensemble keeps every user's latest model, which no sum over
-the round's clients gives, so each model travels to the server whole. Folding the averaged model as
-well would save nothing (the same uploads are in the server anyway), so it is averaged there.
+Its clients hand back their models one by one (an ``Each`` statistic, ``fedray.round``): the
+ensemble keeps every user's latest model, which no sum over the round's clients gives. Summing the
+averaged model on the hosts as well would save nothing (the same models reach the server anyway),
+so it is averaged there.
 """
 
 from __future__ import annotations
@@ -16,9 +17,9 @@ import numpy as np
 import torch
 
 from fedray.algorithms.base import ServerContext
-from fedray.algorithms.fedavg import AveragingParams, FedAvg
+from fedray.algorithms.fedavg import AveragingParams, EachModelClient, FedAvg
 from fedray.distill.ensemble import predict_logits
-from fedray.messages import ClientUpdate
+from fedray.round import Round
 from fedray.weights import Weights, set_weights
 
 
@@ -28,6 +29,7 @@ class FedEnsemble(FedAvg):
     paper = ('Zhu, Hong, Zhou 2021, "Data-Free Knowledge Distillation for Heterogeneous Federated Learning", ICML, '
         "section 6.1 (a baseline)")
     Params = AveragingParams  # no ``share``: it scores whole models
+    Client = EachModelClient  # every model reaches the server on its own
     state_attrs = ("models", "latest")
 
     def __init__(self, params: AveragingParams, ctx: ServerContext):
@@ -38,9 +40,9 @@ class FedEnsemble(FedAvg):
         self._test = None
         self._work: dict[str, torch.nn.Module] = {}
 
-    def aggregate(self, round: int, updates: list[ClientUpdate]) -> dict[str, float]:
-        self.latest.update({u.client_id: (u.arch, u.payload) for u in updates})
-        return super().aggregate(round, updates)
+    def aggregate(self, round: Round) -> dict[str, float]:
+        self.latest.update({i.client_id: (i.arch, i.value) for i in round.each("model")})
+        return super().aggregate(round)
 
     @torch.inference_mode()
     def evaluate(self, evaluate_model: Callable[[str, Weights, int], dict[str, float]]) -> dict[str, float]:

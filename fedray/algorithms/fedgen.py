@@ -43,11 +43,12 @@ from pydantic import Field
 
 from fedray.algorithms.base import ServerContext, Trained, VirtualClient, task_seed
 from fedray.algorithms.fedavg import FedAvg, FedAvgParams
-from fedray.algorithms.head_sharing import HEAD_PREFIX, HeadSharingClient, shared
+from fedray.algorithms.head_sharing import HEAD_PREFIX, HeadSharingClient, body_of, shared, shares_heads
 from fedray.config import BatchSize, ConfigError, Dim
 from fedray.distill.generator import Generator, draw_labels, draw_noise, train_generator
-from fedray.fold import Sums, Terms
+from fedray.fold import Sum
 from fedray.messages import ClientTask, ClientUpdate, RoundPlan
+from fedray.round import Each, Round, Statistics
 from fedray.training import Batch, ExtraLoss, batch_indices, num_local_steps
 from fedray.weights import Weights, get_weights, set_weights
 
@@ -99,11 +100,10 @@ class FedGenClient(HeadSharingClient):
     def __init__(self, *args: Any, **kwargs: Any):
         super().__init__(*args, **kwargs)
         self._gen: Optional[Generator] = None
-        self._round: dict[int, tuple[Weights, np.ndarray]] = {}  # client -> (w, p^(y)) of the running task
 
     def receive(self, task: ClientTask, downloads: tuple[Any, ...], client: VirtualClient) -> Weights:
         theta, gen = downloads
-        self._round[task.client_id] = (gen["weights"], gen["prior"])
+        client.scratch["generator"] = (gen["weights"], gen["prior"])  # (w, p^(y)) of this task
         return self.own_model(task, theta, client)
 
     def generator(self, arch: str, weights: Weights) -> Generator:
@@ -115,9 +115,9 @@ class FedGenClient(HeadSharingClient):
         set_weights(self._gen, weights)
         return self._gen.eval().requires_grad_(False)
 
-    def extra_loss(self, model: torch.nn.Module, task: ClientTask) -> Optional[ExtraLoss]:
+    def extra_loss(self, model: torch.nn.Module, task: ClientTask, client: VirtualClient) -> Optional[ExtraLoss]:
         p = self.params
-        weights, prior = self._round[task.client_id]
+        weights, prior = client.scratch["generator"]
         alpha, beta = (decayed(p.alpha, p.alpha_decay, task.round), decayed(p.beta, p.beta_decay, task.round))
         if task.round < p.start_round or (alpha == 0 and beta == 0):
             return None
@@ -141,16 +141,30 @@ class FedGenClient(HeadSharingClient):
         return regulariser
 
     def upload(self, task: ClientTask, theta: Weights, local: Trained, client: VirtualClient) -> FedGenUpload:
-        self._round.pop(task.client_id)
         model, cfg = self.model(task.arch), self.config.training
         counts = seen_labels(client.y, model.num_classes, cfg.batch_size, num_local_steps(len(client.x), cfg), task.seed)
         return FedGenUpload(self.share_weights(local.weights, client), counts)
 
-    def contribution(self, update: ClientUpdate, client: Optional[VirtualClient]) -> Terms:
-        """FedAvg's theta_k, and for the generator step theta_k^p and c_k, each with coefficient 1."""
-        weights = update.payload.weights
-        return {**super().contribution(replace(update, payload=weights), client),
-                "head": (1.0, {k: weights[k] for k in HEAD}), "labels": (1.0, update.payload.label_counts)}
+    @classmethod
+    def collected(cls, params: FedGenParams) -> dict[str, type]:
+        """With ``teacher: mean_logits`` and whole models, FedAvg's theta_k and, for the generator step,
+        theta_k^p and c_k, summed; otherwise each user's (the teacher of eq. 4 reads every head)."""
+        if params.teacher == "mean_logits" and not shares_heads(params):
+            return {"model": Sum, "head": Sum, "labels": Sum}
+        return {"model": Each, "head": Each, "labels": Each, **({"body": Each} if shares_heads(params) else {})}
+
+    def statistics(self, update: ClientUpdate, client: VirtualClient) -> Statistics:
+        """theta_k (FedAvg's), theta_k^p and c_k, the last two with coefficient 1 where summed."""
+        weights, counts = update.payload.weights, update.payload.label_counts
+        if self.collected(self.params)["head"] is Sum:
+            return {**super().statistics(replace(update, payload=weights), client),
+                    "head": (1.0, {k: weights[k] for k in HEAD}), "labels": (1.0, counts)}
+        weight = float(update.num_samples) if self.params.weighted else 1.0
+        statistics = {"model": Each(shared(weights), weight), "head": Each({k: shared(weights)[k] for k in HEAD}),
+                      "labels": Each(counts)}
+        if shares_heads(self.params):
+            statistics["body"] = Each(body_of(weights))
+        return statistics
 
 
 class FedGen(FedAvg):
@@ -200,33 +214,28 @@ class FedGen(FedAvg):
         broadcast = {**plan.broadcast, "generator": {"weights": self.generator, "prior": self.prior}}
         return RoundPlan(tasks=tasks, broadcast=broadcast)
 
-    @property
-    def folds(self) -> bool:
-        return super().folds and self.params.teacher == "mean_logits"  # counts: every user's head (docstring)
-
-    def aggregate_sums(self, round: int, sums: Sums, updates: list[ClientUpdate]) -> dict[str, float]:
-        """Eq. 4 against the mean head of the round's users, of every architecture (the generator is
-        one), then FedAvg's average per architecture."""
-        archs = [arch for arch in self.ctx.architectures if arch in sums]  # the run's order, whoever answered first
-        heads = [sums[arch]["head"] for arch in archs]
-        users = sum(h.count for h in heads)
-        mean = {k: np.add.reduce([h.value()[k] for h in heads]) / users for k in HEAD}
-        counts = np.add.reduce([sums[arch]["labels"].value() for arch in archs])  # exact: integers in float64
-        self.prior = counts / counts.sum()  # p^(y) from the users' counts
-        weight, bias = (torch.from_numpy(mean[k].astype(np.float32))[None] for k in HEAD)  # one head: the mean
-        stats = self.generator_step(round, weight, bias, torch.from_numpy(counts)[None])
-        return {**super().aggregate_sums(round, sums, updates), **stats}
-
-    def aggregate(self, round: int, updates: list[ClientUpdate]) -> dict[str, float]:
-        if self.folds:
-            return super().aggregate(round, updates)  # folded here, then aggregate_sums
-        counts = torch.from_numpy(np.stack([u.payload.label_counts for u in updates]).astype(np.float64))
-        self.prior = (counts.sum(dim=0) / counts.sum()).numpy()  # p^(y) from the users' counts
-        heads = [shared(u.payload.weights) for u in updates]
-        weight = torch.stack([torch.from_numpy(h[HEAD[0]]) for h in heads])
-        bias = torch.stack([torch.from_numpy(h[HEAD[1]]) for h in heads])
-        stats = self.generator_step(round, weight, bias, counts)
-        return {**super().aggregate(round, [replace(u, payload=u.payload.weights) for u in updates]), **stats}
+    def aggregate(self, round: Round) -> dict[str, float]:
+        """Eq. 4, then FedAvg's average per architecture. With ``mean_logits`` eq. 4's teacher is the
+        mean head of the round's users, of every architecture (the generator is one); otherwise
+        every user's head with its label counts."""
+        if self.Client.collected(self.params)["head"] is Sum:
+            sums = round.totals()
+            archs = [arch for arch in self.ctx.architectures if arch in sums]  # the run's order, whoever answered first
+            heads = [sums[arch]["head"] for arch in archs]
+            users = sum(h.count for h in heads)
+            mean = {k: np.add.reduce([h.value()[k] for h in heads]) / users for k in HEAD}
+            counts = np.add.reduce([sums[arch]["labels"].value() for arch in archs])  # exact: integers in float64
+            self.prior = counts / counts.sum()  # p^(y) from the users' counts
+            weight, bias = (torch.from_numpy(mean[k].astype(np.float32))[None] for k in HEAD)  # one head: the mean
+            stats = self.generator_step(round.number, weight, bias, torch.from_numpy(counts)[None])
+        else:
+            counts = torch.from_numpy(np.stack([i.value for i in round.each("labels")]).astype(np.float64))
+            self.prior = (counts.sum(dim=0) / counts.sum()).numpy()  # p^(y) from the users' counts
+            heads = [i.value for i in round.each("head")]
+            weight = torch.stack([torch.from_numpy(h[HEAD[0]]) for h in heads])
+            bias = torch.stack([torch.from_numpy(h[HEAD[1]]) for h in heads])
+            stats = self.generator_step(round.number, weight, bias, counts)
+        return {**super().aggregate(round), **stats}
 
     def generator_step(self, round: int, weight: torch.Tensor, bias: torch.Tensor,
                        counts: torch.Tensor) -> dict[str, float]:

@@ -32,10 +32,11 @@ from typing import Any, Literal, Optional
 import torch
 from pydantic import Field
 
+from fedray.algorithms.base import VirtualClient
 from fedray.algorithms.fedavg import FedAvg, FedAvgParams
 from fedray.algorithms.head_sharing import HeadSharingClient
-from fedray.fold import Sums
 from fedray.messages import ClientTask, ClientUpdate
+from fedray.round import Round
 from fedray.training import Batch, ExtraLoss
 
 # the widths s of the authors' multi-kernel: exp(-d^2 / (2 s)) summed over them
@@ -76,7 +77,7 @@ class FedMMDClient(HeadSharingClient):
         self._frozen: dict[str, torch.nn.Module] = {}  # the global stream, one per architecture
         self._mmd: list[float] = []  # the running task's MMD^2 per step, for the logs
 
-    def extra_loss(self, model: torch.nn.Module, task: ClientTask) -> Optional[ExtraLoss]:
+    def extra_loss(self, model: torch.nn.Module, task: ClientTask, client: VirtualClient) -> Optional[ExtraLoss]:
         p = self.params
         self._mmd = []
         if p.lam == 0:
@@ -113,12 +114,8 @@ class FedMMD(FedAvg):
     Params = FedMMDParams
     Client = FedMMDClient
 
-    def aggregate_sums(self, round: int, sums: Sums, updates: list[ClientUpdate]) -> dict[str, float]:
-        return {**super().aggregate_sums(round, sums, updates), **mean_mmd(updates)}
-
-    def aggregate(self, round: int, updates: list[ClientUpdate]) -> dict[str, float]:
-        # with share: head FedAvg aggregates the whole uploads and never calls aggregate_sums
-        return {**super().aggregate(round, updates), **mean_mmd(updates)}
+    def aggregate(self, round: Round) -> dict[str, float]:
+        return {**super().aggregate(round), **mean_mmd(round.updates)}
 
 
 def mean_mmd(updates: list[ClientUpdate]) -> dict[str, float]:

@@ -30,9 +30,7 @@ from pydantic import Field
 
 from fedray.algorithms.base import ServerContext
 from fedray.algorithms.fedavg import AveragingParams, FedAvg
-from fedray.algorithms.helpers import mean_client_loss
-from fedray.fold import Sums
-from fedray.messages import ClientUpdate
+from fedray.round import Round
 from fedray.weights import Weights
 
 
@@ -63,10 +61,10 @@ class FedOpt(FedAvg):
                    for name, value in self.models[arch].items() if name in self.parameters[arch]}
             for arch in ctx.architectures}
 
-    def aggregate_sums(self, round: int, sums: Sums, updates: list[ClientUpdate]) -> dict[str, float]:
-        for arch, named in sums.items():  # the clients' mean model, sum_i c_i x_i / sum_i c_i, folded on the hosts
-            self.models[arch] = self.server_step(self.models[arch], named["model"].mean(), self.moments[arch])
-        return mean_client_loss(updates)
+    def aggregate(self, round: Round) -> dict[str, float]:
+        for arch, mean in round.mean("model").items():  # the clients' mean model, sum_i c_i x_i / sum_i c_i
+            self.models[arch] = self.server_step(self.models[arch], mean, self.moments[arch])
+        return round.mean_loss()
 
     def server_step(self, x: Weights, mean: Weights, moments: dict[str, tuple[np.ndarray, np.ndarray]]) -> Weights:
         """x_{t+1} from x_t and the clients' mean model; updates ``moments`` in place."""

@@ -15,6 +15,7 @@ from typing import Optional
 import torch
 from pydantic import Field
 
+from fedray.algorithms.base import VirtualClient
 from fedray.algorithms.fedavg import FedAvg, FedAvgParams
 from fedray.algorithms.head_sharing import HeadSharingClient
 from fedray.cohort import StackedLoss
@@ -27,7 +28,7 @@ class FedProxParams(FedAvgParams):
 
 
 class FedProxClient(HeadSharingClient):
-    def extra_loss(self, model: torch.nn.Module, task: ClientTask) -> Optional[ExtraLoss]:
+    def extra_loss(self, model: torch.nn.Module, task: ClientTask, client: VirtualClient) -> Optional[ExtraLoss]:
         if self.params.mu == 0:
             return None
         anchor = [p.detach().clone() for p in model.parameters()]  # w^t, the broadcast model

@@ -25,8 +25,9 @@ from typing import Any, Callable, Literal, Optional
 import numpy as np
 
 from fedray.algorithms.base import ClientAlgorithm, LocalUpdate, Params, ServerContext, Strategy, VirtualClient
-from fedray.fold import Terms
+from fedray.fold import Sum
 from fedray.messages import ClientTask, ClientUpdate, RoundPlan
+from fedray.round import Each, Round, Statistics
 from fedray.weights import SIMULATION, Weights
 
 HEAD_PREFIX = "classifier."  # theta^p: the last, linear layer of every FedModel
@@ -63,6 +64,11 @@ def shared(payload: Any) -> Weights:
     return payload.head if isinstance(payload, HeadUpload) else payload
 
 
+def body_of(payload: Any) -> Weights:
+    """The feature extractor of an upload: a :class:`HeadUpload`'s body, or a whole model's."""
+    return payload.body if isinstance(payload, HeadUpload) else split_head(payload)[1]
+
+
 def heads_only(plan: RoundPlan) -> RoundPlan:
     """``plan`` with each broadcast model cut to its head."""
     heads = {key: split_head(value)[0] for key, value in plan.broadcast.items() if key.startswith("model/")}
@@ -84,9 +90,16 @@ class HeadSharingClient(ClientAlgorithm):
     def upload(self, task: ClientTask, theta: Weights, local: LocalUpdate, client: VirtualClient) -> Any:
         return self.share_weights(local.weights, client)
 
-    def contribution(self, update: ClientUpdate, client: Optional[VirtualClient]) -> Terms:
-        """FedAvg's term: theta_i (its shared part) with c_i = |D_i| (``weighted``) or 1."""
+    @classmethod
+    def collected(cls, params: Params) -> dict[str, type]:
+        """FedAvg's: theta_i summed; with ``share: head`` each head and each body, client by client."""
+        return {"model": Each, "body": Each} if shares_heads(params) else {"model": Sum}
+
+    def statistics(self, update: ClientUpdate, client: VirtualClient) -> Statistics:
+        """theta_i (its shared part) with c_i = |D_i| (``weighted``) or 1; with ``share: head`` the body too."""
         weight = float(update.num_samples) if getattr(self.params, "weighted", False) else 1.0
+        if shares_heads(self.params):
+            return {"model": Each(shared(update.payload), weight), "body": Each(body_of(update.payload))}
         return {"model": (weight, shared(update.payload))}
 
     def own_model(self, task: ClientTask, theta: Weights, client: VirtualClient) -> Weights:
@@ -123,12 +136,10 @@ class HeadSharingStrategy(Strategy):
         plan = super().configure_round(round)
         return heads_only(plan) if shares_heads(self.params) else plan
 
-    def keep_bodies(self, updates: list[ClientUpdate]) -> None:
-        """With ``share: head``, the feature extractors of the round's clients, out of uploads that
-        are :class:`HeadUpload` or whole models."""
+    def keep_bodies(self, round: Round) -> None:
+        """With ``share: head``, the feature extractors of the round's clients (their ``body`` statistics)."""
         if shares_heads(self.params):
-            self.bodies = [(u.client_id, u.arch, u.payload.body if isinstance(u.payload, HeadUpload)
-                            else split_head(u.payload)[1]) for u in updates]
+            self.bodies = [(i.client_id, i.arch, i.value) for i in round.each("body")]
 
     def evaluate(self, evaluate_model: Callable[..., dict[str, Any]]) -> dict[str, float]:
         if not shares_heads(self.params) or not self.bodies:

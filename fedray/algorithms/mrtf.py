@@ -37,17 +37,17 @@ import numpy as np
 import torch
 from pydantic import Field
 
-from fedray.algorithms.base import Params, ServerContext
+from fedray.algorithms.base import Params, ServerContext, VirtualClient
 from fedray.algorithms.head_sharing import HeadSharingClient
-from fedray.algorithms.helpers import group_by_arch, mean_client_loss, sample_weights
 from fedray.config import Config
 from fedray.distill import DistillParams, aggregate_teachers
 from fedray.distill.ensemble import predict_features
 from fedray.distill.refinery import (batch_stabilised_probs, cluster_refine, code_global_share, code_rectified_target,
                                      ema_targets, local_share, rectified_target, stabilised_probs)
 from fedray.distill.strategy import DistillationStrategy
-from fedray.fold import Sums
+from fedray.fold import Sum
 from fedray.messages import ClientUpdate
+from fedray.round import Each, Round, Statistics
 from fedray.weights import Weights, weighted_mean
 
 
@@ -81,12 +81,25 @@ class MrTFParams(Params):
     distill: DistillParams = Field(default_factory=refine_distill_defaults)
 
 
+class MrTFClient(HeadSharingClient):
+    """FedAvg's client: theta_{t,k} <- local SGD from theta_t; its model handed back summed for PA,
+    whole for the refinement (which reads every local model's outputs on X_g)."""
+
+    @classmethod
+    def collected(cls, params: MrTFParams) -> dict[str, type]:
+        return {"model": Each if params.refine else Sum}
+
+    def statistics(self, update: ClientUpdate, client: VirtualClient) -> Statistics:
+        weight = float(update.num_samples) if self.params.weighted else 1.0
+        return {"model": Each(update.payload, weight) if self.params.refine else (weight, update.payload)}
+
+
 class MrTF(DistillationStrategy):
     name = "mrtf"
     description = "MrTF: FedAvg, each aggregate refined by distillation on the server's unlabelled inputs"
     paper = 'Li, Yang, Zhan, "MrTF: Model Refinery for Transductive Federated Learning"; section 4.4, eqs. 6-12'
     Params = MrTFParams
-    Client = HeadSharingClient  # FedAvg's: theta_{t,k} <- local SGD from theta_t; upload theta_{t,k}
+    Client = MrTFClient
     state_attrs = ("models", "refined", "losses", "previous_targets")
 
     @classmethod
@@ -102,30 +115,21 @@ class MrTF(DistillationStrategy):
         self.losses: list[float] = []  # each earlier round's mean local loss (the code's global share)
         self.previous_targets: dict[str, torch.Tensor] = {}  # last round's targets (``ema``)
 
-    @property
-    def folds(self) -> bool:
-        return super().folds and not self.params.refine  # refinement: every local model (docstring)
-
-    def aggregate_sums(self, round: int, sums: Sums, updates: list[ClientUpdate]) -> dict[str, float]:
-        """PA: theta_{t+1} <- 1/|S_t| sum_k theta_{t,k}, summed on the hosts."""
-        for arch, named in sums.items():
-            self.models[arch] = self.refined[arch] = named["model"].mean()
-        self.losses.append(float(np.mean([u.metrics["loss"] for u in updates])))
-        return mean_client_loss(updates)
-
-    def aggregate(self, round: int, updates: list[ClientUpdate]) -> dict[str, float]:
-        if self.folds:
-            return super().aggregate(round, updates)  # PA, folded here
-        metrics = mean_client_loss(updates)
-        for arch, group in group_by_arch(updates).items():
+    def aggregate(self, round: Round) -> dict[str, float]:
+        metrics = round.mean_loss()
+        loss = {u.client_id: u.metrics["loss"] for u in round.updates}
+        if not self.params.refine:  # PA: theta_{t+1} <- 1/|S_t| sum_k theta_{t,k}
+            for arch, mean in round.mean("model").items():
+                self.models[arch] = self.refined[arch] = mean
+        for arch, group in ({} if not self.params.refine else round.each_by_arch("model")).items():
             previous = self.models[arch]
-            average = weighted_mean([u.payload for u in group], sample_weights(group, self.params.weighted))
-            target, info = self.targets(round, arch, [u.payload for u in group], previous, average,
-                                        float(np.mean([u.metrics["loss"] for u in group])))
+            average = weighted_mean([i.value for i in group], [i.weight for i in group])
+            target, info = self.targets(round.number, arch, [i.value for i in group], previous, average,
+                                        float(np.mean([loss[i.client_id] for i in group])))
             if self.params.ema:
                 target = self.previous_targets[arch] = ema_targets(target, self.previous_targets.get(arch),
                                                                    code_global_share(self.losses, target.shape[-1]))
-            refined, stats = self.distill_on_inputs(arch, average, target, round)
+            refined, stats = self.distill_on_inputs(arch, average, target, round.number)
             self.refined[arch] = refined
             self.models[arch] = refined if self.params.feed_back else average
             suffix = f"/{arch}" if len(self.ctx.architectures) > 1 else ""
@@ -136,7 +140,7 @@ class MrTF(DistillationStrategy):
             if self.params.inputs == "test":  # the targets' accuracy needs the labels of X_g
                 metrics[f"mrtf/accuracy_targets{suffix}"] = self.logged_accuracy(target)
             metrics[f"mrtf/accuracy_refined{suffix}"] = self.logged_accuracy(self.logits(arch, refined, self.test_x))
-        self.losses.append(float(np.mean([u.metrics["loss"] for u in updates])))
+        self.losses.append(float(np.mean(list(loss.values()))))
         return metrics
 
     def models_to_evaluate(self) -> dict[str, Weights]:

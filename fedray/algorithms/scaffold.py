@@ -17,7 +17,7 @@ cover the model's parameters; buffers (BatchNorm statistics) are averaged as in 
 directions carry a model and a control variate: twice FedAvg's bytes, as the paper notes.
 
 Lines 16 and 17 need the round's clients only through sum_i y_i and sum_i (c_i^+ - c_i), so the
-hosts fold them (``fedray.fold``; ``ScaffoldClient.contribution``) and no upload reaches the server.
+hosts fold them (``fedray.fold``; ``ScaffoldClient.statistics``) and no upload reaches the server.
 """
 
 from __future__ import annotations
@@ -31,10 +31,10 @@ import torch.nn.functional as F
 from pydantic import Field
 
 from fedray.algorithms.base import ClientAlgorithm, Params, ServerContext, Strategy, Trained, VirtualClient, task_seed
-from fedray.algorithms.helpers import mean_client_loss
 from fedray.config import Config
-from fedray.fold import Sums, Terms
+from fedray.fold import Sum
 from fedray.messages import ClientTask, ClientUpdate, RoundPlan
+from fedray.round import Round, Statistics
 from fedray.training import Batch, ExtraLoss, batch_indices
 from fedray.weights import Weights, set_weights
 
@@ -59,19 +59,15 @@ def zeros_like_parameters(model: torch.nn.Module) -> Weights:
 class ScaffoldClient(ClientAlgorithm):
     stateful = True  # c_i stays on the client's home host and is checkpointed with it
 
-    def __init__(self, *args: Any, **kwargs: Any):
-        super().__init__(*args, **kwargs)
-        self._round: dict[int, tuple[Weights, Weights]] = {}  # client -> (c, c_i) of the running task
-
     def receive(self, task: ClientTask, downloads: tuple[Any, ...], client: VirtualClient) -> Weights:
         theta, control = downloads
         own = client.state.get("control") or zeros_like_parameters(self.model(task.arch))
-        self._round[task.client_id] = (control, own)
+        client.scratch["controls"] = (control, own)  # (c, c_i) of this task
         return theta
 
-    def extra_loss(self, model: torch.nn.Module, task: ClientTask) -> Optional[ExtraLoss]:
+    def extra_loss(self, model: torch.nn.Module, task: ClientTask, client: VirtualClient) -> Optional[ExtraLoss]:
         """<c - c_i, y>: its gradient is the correction of line 10."""
-        control, own = self._round[task.client_id]
+        control, own = client.scratch["controls"]
         correction = {name: torch.from_numpy(control[name] - own[name]).to(self.device) for name in control}
 
         def corrected(m: torch.nn.Module, step: Batch) -> torch.Tensor:
@@ -80,7 +76,7 @@ class ScaffoldClient(ClientAlgorithm):
         return corrected
 
     def upload(self, task: ClientTask, theta: Weights, local: Trained, client: VirtualClient) -> ScaffoldUpload:
-        control, own = self._round.pop(task.client_id)
+        control, own = client.scratch["controls"]
         if self.params.control == "I":  # g_i(x): the full local gradient at the server model
             new = self.full_gradient(task.arch, theta, client)
         else:  # c_i - c + (x - y_i) / (K eta_l)
@@ -90,7 +86,11 @@ class ScaffoldClient(ClientAlgorithm):
         client.state["control"] = new
         return ScaffoldUpload(local.weights, {name: new[name] - own[name] for name in new})
 
-    def contribution(self, update: ClientUpdate, client: Optional[VirtualClient]) -> Terms:
+    @classmethod
+    def collected(cls, params: Params) -> dict[str, type]:
+        return {"model": Sum, "control": Sum}
+
+    def statistics(self, update: ClientUpdate, client: VirtualClient) -> Statistics:
         """y_i (line 16; its buffers too) and c_i^+ - c_i (line 17), each with c_i = 1."""
         return {"model": (1.0, update.payload.weights), "control": (1.0, update.payload.control_delta)}
 
@@ -146,15 +146,16 @@ class Scaffold(Strategy):
                  for c in clients]
         return RoundPlan(tasks=tasks, broadcast=broadcast)
 
-    def aggregate_sums(self, round: int, sums: Sums, updates: list[ClientUpdate]) -> dict[str, float]:
+    def aggregate(self, round: Round) -> dict[str, float]:
         clients_of = {arch: sum(1 for c in self.ctx.clients if c.arch == arch) for arch in self.models}
-        for arch, named in sums.items():
-            x, c, y = self.models[arch], self.controls[arch], named["model"]
+        deltas = round.total("control")
+        for arch, y in round.total("model").items():
+            x, c = self.models[arch], self.controls[arch]
             model, total = y.mean(), y.value()  # buffers: the clients' mean
             for name in c:  # line 16 for the parameters: x + eta_g (1/|S| sum_i y_i - x)
                 model[name] = (x[name] + self.params.server_lr * (total[name] / y.count - x[name])).astype(x[name].dtype)
             self.models[arch] = model
             # line 17: c + 1/N sum_{i in S} (c_i^+ - c_i), N this architecture's clients
-            delta_c = named["control"].value()
+            delta_c = deltas[arch].value()
             self.controls[arch] = {name: (c[name] + delta_c[name] / clients_of[arch]).astype(np.float32) for name in c}
-        return mean_client_loss(updates)
+        return round.mean_loss()

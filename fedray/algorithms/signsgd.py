@@ -13,7 +13,7 @@ Because S is an integer, client and server end with bit-identical models however
 up; a CRC32 of the server model travels with each task and is checked.
 
 The vote needs the clients only through sum_i sign(dtheta_i), so the hosts fold it (``fedray.fold``;
-``SignSGDClient.contribution``); a sum of +-1 is an integer, exact in float64 however the clients are
+``SignSGDClient.statistics``); a sum of +-1 is an integer, exact in float64 however the clients are
 grouped. The rest of the server step reads the updates without payloads: the ids (the catch-up
 cache) and the losses.
 """
@@ -27,11 +27,12 @@ import numpy as np
 from pydantic import Field
 
 from fedray.algorithms.base import ClientAlgorithm, Params, ServerContext, Strategy, Trained, VirtualClient, task_seed
-from fedray.algorithms.helpers import CatchUpCache, ModelCheck, mean_client_loss, model_crc
+from fedray.algorithms.helpers import CatchUpCache, ModelCheck, model_crc
 from fedray.compression import CodedUpdate, decode_update, encode_update, sign
 from fedray.config import Config
-from fedray.fold import Sums, Terms
+from fedray.fold import Sum
 from fedray.messages import ClientTask, ClientUpdate, RoundPlan
+from fedray.round import Round, Statistics
 from fedray.weights import Weights, is_update, nbytes
 
 Votes = dict[str, np.ndarray]
@@ -82,7 +83,11 @@ class SignSGDClient(ClientAlgorithm):
         return CodedUpdate(encode_update("sign", {k: sign(local.weights[k] - theta[k])
                                                   for k in theta if is_update(theta[k])}))
 
-    def contribution(self, update: ClientUpdate, client: Optional[VirtualClient]) -> Terms:
+    @classmethod
+    def collected(cls, params: Params) -> dict[str, type]:
+        return {"signs": Sum}
+
+    def statistics(self, update: ClientUpdate, client: VirtualClient) -> Statistics:
         """sign(dtheta_i), decoded to one byte per element, with c_i = 1: the vote's sum."""
         shapes = {k: v.shape for k, v in self.initial(update.arch).items() if is_update(v)}
         return {"signs": (1.0, {k: v.astype(np.int8) for k, v in decode_update(update.payload.tensors, shapes).items()})}
@@ -136,13 +141,13 @@ class SignSGD(Strategy):
                 return (key,)
         return (full_key,)
 
-    def aggregate_sums(self, round: int, sums: Sums, updates: list[ClientUpdate]) -> dict[str, float]:
-        for arch, named in sums.items():
-            total = named["signs"].value()  # sum_i sign(dtheta_i), folded on the hosts
+    def aggregate(self, round: Round) -> dict[str, float]:
+        for arch, signs in round.total("signs").items():
+            total = signs.value()  # sum_i sign(dtheta_i)
             # v = sign(sum_i sign(dtheta_i)), a tie counting as +1 (compression.majority_vote)
             vote = {k: np.where(total[k] >= 0, 1, -1).astype(np.int64) for k in self.votes[arch]}
             self.votes[arch] = {k: self.votes[arch][k] + vote[k] for k in vote}
             self.models[arch] = model_from_votes(self.initial[arch], self.votes[arch], self.step)
-            self.cache.add(arch, round, vote)
-        self.cache.trained([u.client_id for u in updates], round)
-        return mean_client_loss(updates)
+            self.cache.add(arch, round.number, vote)
+        self.cache.trained([u.client_id for u in round.updates], round.number)
+        return round.mean_loss()

@@ -6,7 +6,7 @@
         dtheta_i <- R_i + SGD_n(theta_i, D_i, b) - theta_i                     # train; eq. 4.4 with residual
         dtheta~_i <- compress(dtheta_i, p_up); R_i <- dtheta_i - dtheta~_i     # upload; eq. 4.5 (3.8)
         upload golomb_encode(dtheta~_i)
-    server:                                                                    # aggregate_sums
+    server:                                                                    # aggregate
         dtheta <- R + mean_i dtheta~_i                                         # eq. 4.6
         dtheta~ <- compress(dtheta, p_down); R <- dtheta - dtheta~             # eqs. 4.7, 4.8
         theta <- theta + dtheta~; broadcast golomb_encode(dtheta~) to all clients
@@ -24,22 +24,23 @@ Integer buffers (BatchNorm's batch counter) are not updates and are not sent.
 
 The server needs the clients only through mean_i dtheta~_i (eq. 4.6), so the method folds
 (``fedray.fold``): the host that ran a client decodes its bitstream, whose bytes are the client's
-``bytes_up``, and folds the decoded dtheta~_i (``STCClient.contribution``). R_i stays in the client's
+``bytes_up``, and folds the decoded dtheta~_i (``STCClient.statistics``). R_i stays in the client's
 state; R, the downstream compression and the cache stay on the server.
 """
 
 from __future__ import annotations
 
-from typing import Any, Literal, Optional
+from typing import Any, Literal
 
 import numpy as np
 from pydantic import Field
 
 from fedray.algorithms.base import ClientAlgorithm, Params, ServerContext, Strategy, Trained, VirtualClient, task_seed
-from fedray.algorithms.helpers import CatchUpCache, ModelCheck, mean_client_loss, model_crc
+from fedray.algorithms.helpers import CatchUpCache, ModelCheck, model_crc
 from fedray.compression import CodedUpdate, compress_update, decode_update
-from fedray.fold import Sums, Terms
+from fedray.fold import Sum
 from fedray.messages import ClientTask, ClientUpdate, RoundPlan
+from fedray.round import Round, Statistics
 from fedray.weights import Weights, is_update, nbytes
 
 Compressor = Literal["stc", "sbc", "topk", "none"]
@@ -92,10 +93,14 @@ class STCClient(ClientAlgorithm):
             state["residual"] = {k: update[k] - compressed[k] for k in update}
         return payload
 
-    def contribution(self, update: ClientUpdate, client: Optional[VirtualClient]) -> Terms:
-        """dtheta~_i decoded from its bitstream, with c_i = |D_i| (``weighted``) or 1: eq. 4.6's mean.
-        The shapes are the model's, from the client's copy theta_i on its host (``upload`` keeps it)."""
-        model = client.state["theta"] if client is not None else self.initial(update.arch)
+    @classmethod
+    def collected(cls, params: Params) -> dict[str, type]:
+        return {"update": Sum}
+
+    def statistics(self, update: ClientUpdate, client: VirtualClient) -> Statistics:
+        """dtheta~_i decoded from its bitstream (to the model's shapes), with c_i = |D_i| (``weighted``)
+        or 1: eq. 4.6's mean."""
+        model = self.initial(update.arch)
         weight = float(update.num_samples) if self.params.weighted else 1.0
         return {"update": (weight, decode_update(update.payload.tensors, float_shapes(model)))}
 
@@ -133,10 +138,9 @@ class STC(Strategy):
             return {f"model/{arch}": self.models[arch]}
         return {f"delta/{arch}/{r}": d for r, d in zip(missed, deltas)}
 
-    def aggregate_sums(self, round: int, sums: Sums, updates: list[ClientUpdate]) -> dict[str, float]:
-        for arch, named in sums.items():
+    def aggregate(self, round: Round) -> dict[str, float]:
+        for arch, mean in round.mean("update").items():  # mean_i dtheta~_i, decoded on the hosts
             theta = self.models[arch]
-            mean = named["update"].mean()  # mean_i dtheta~_i, decoded and folded on the hosts
             residual = self.residual.get(arch, {})
             delta = {k: residual.get(k, 0) + mean[k] for k in mean}  # eq. 4.6
             compressed, payload = compress_update(delta, self.params.down, self.params.p_down)
@@ -144,6 +148,6 @@ class STC(Strategy):
                 self.residual[arch] = {k: delta[k] - compressed[k] for k in delta}  # eq. 4.8
             self.models[arch] = {k: (v + compressed[k]).astype(v.dtype) if k in compressed else v
                                  for k, v in theta.items()}
-            self.cache.add(arch, round, CodedUpdate(payload))
-        self.cache.trained([u.client_id for u in updates], round)
-        return mean_client_loss(updates)
+            self.cache.add(arch, round.number, CodedUpdate(payload))
+        self.cache.trained([u.client_id for u in round.updates], round.number)
+        return round.mean_loss()

@@ -1,18 +1,20 @@
-"""FedAvg, DSGD and FedProx server/client arithmetic on hand-computed tensors; what every method that
-folds (``fedray.fold``) owes, checked here for DSGD and used by the other methods' tests."""
+"""FedAvg, DSGD and FedProx server/client arithmetic on hand-computed tensors; what every method whose
+statistics are sums (``fedray.fold``, ``fedray.round``) owes, checked here for DSGD and used by the
+other methods' tests."""
 
 from dataclasses import replace
 
 import numpy as np
 import torch
 
+from fedray.algorithms import EachModelClient, Params, ServerContext, Strategy
 from fedray.algorithms.dsgd import GradientUpload
 from fedray.algorithms.fedprox import FedProxClient, FedProxParams
 from fedray.config import build_config
 from fedray.fold import Folder, add_terms
 from fedray.messages import ClientSpec, ClientUpdate
 from fedray.weights import nbytes, weighted_mean
-from tests.support import make_strategy
+from tests.support import aggregate, bare_client, client_half, collects, make_strategy, summed
 
 
 class Tiny(torch.nn.Module):
@@ -58,7 +60,7 @@ def test_weighted_mean_keeps_a_zero_d_counter_an_array():
 
 def test_fedavg_unweighted_is_plain_mean():
     s = strategy("fedavg")
-    metrics = s.aggregate(1, [update(2, 2, [3, 3], 4), update(0, 1, [0, 3], 1), update(1, 1, [3, 0], 1)])
+    metrics = aggregate(s, 1, [update(2, 2, [3, 3], 4), update(0, 1, [0, 3], 1), update(1, 1, [3, 0], 1)])
     np.testing.assert_allclose(s.models["mlp"]["w"], [2.0, 2.0])  # (0+3+3)/3, (3+0+3)/3
     assert s.models["mlp"]["count"] == 2  # round((1+1+4)/3)
     assert metrics["train/loss"] == 1.0
@@ -66,7 +68,7 @@ def test_fedavg_unweighted_is_plain_mean():
 
 def test_fedavg_weighted_by_samples():
     s = strategy("fedavg", weighted=True)
-    s.aggregate(1, [update(0, 1, [0, 4]), update(1, 1, [4, 0]), update(2, 2, [1, 1])])
+    aggregate(s, 1, [update(0, 1, [0, 4]), update(1, 1, [4, 0]), update(2, 2, [1, 1])])
     np.testing.assert_allclose(s.models["mlp"]["w"], [1.5, 1.5])  # (0*1 + 4*1 + 1*2)/4, (4 + 0 + 2)/4
 
 
@@ -75,7 +77,7 @@ def test_dsgd_steps_against_mean_gradient():
     s.models["mlp"] = {"w": np.array([1.0, 1.0], np.float32), "count": np.array(0)}
     grads = [GradientUpload({"w": np.array(g, np.float32)}, {"count": np.array(c)})
              for g, c in [([2, 0], 2), ([0, 2], 2), ([1, 1], 2)]]
-    s.aggregate(1, [ClientUpdate(i, "mlp", 1, g, 8, {"loss": 0.0}) for i, g in enumerate(grads)])
+    aggregate(s, 1, [ClientUpdate(i, "mlp", 1, g, 8, {"loss": 0.0}) for i, g in enumerate(grads)])
     np.testing.assert_allclose(s.models["mlp"]["w"], [0.5, 0.5])  # 1 - 0.5 * mean([2,0],[0,2],[1,1])
     assert s.models["mlp"]["count"] == 2
 
@@ -95,7 +97,7 @@ def test_fedprox_proximal_term_and_gradient():
     model = Tiny()
     with torch.no_grad():
         model.w.copy_(torch.tensor([1.0, -1.0]))
-    prox = client.extra_loss(model, None)
+    prox = client.extra_loss(model, None, None)
     with torch.no_grad():
         model.w.copy_(torch.tensor([3.0, 1.0]))
     value = prox(model, None)
@@ -125,11 +127,11 @@ def spread(k, seed=0):
 
 def fold(s, updates, unit):
     """The round's sums as hosts fold them: the clients of each unit (``unit(client_id)``) in
-    client-id order through the client half's ``contribution``, the units' sums added in unit order
+    client-id order through the client half's ``statistics``, the units' sums added in unit order
     (here they arrive last unit first)."""
-    client, parts = s.client_half(), {}
+    client, parts = client_half(s), {}
     for u in sorted(updates, key=lambda u: u.client_id):
-        add_terms(parts.setdefault(unit(u.client_id), {}), u.arch, client.contribution(u, None))
+        add_terms(parts.setdefault(unit(u.client_id), {}), u.arch, client.statistics(u, bare_client(u)))
     folder = Folder(sorted(parts))
     for key in sorted(parts, reverse=True):
         folder.add(key, parts[key])
@@ -162,9 +164,9 @@ def float64_bound(s, updates):
     """How far two orders of float64 addition may leave each folded sum sum_i c_i x_i apart: each
     order is within (K - 1) 2**-53 sum_i |c_i x_i| of the exact sum, so K 2**-52 sum_i |c_i x_i|
     bounds them both (per architecture, name and tensor)."""
-    client, out = s.client_half(), {}
+    client, out = client_half(s), {}
     for u in updates:
-        for name, (c, x) in client.contribution(u, None).items():
+        for name, (c, x) in client.statistics(u, bare_client(u)).items():
             into = out.setdefault(u.arch, {}).setdefault(name, {})
             for key, v in (x.items() if isinstance(x, dict) else [("", x)]):
                 into[key] = into.get(key, 0.0) + np.abs(np.multiply(c, v, dtype=np.float64))
@@ -173,20 +175,20 @@ def float64_bound(s, updates):
 
 
 def fold_alike(make, updates, unit):
-    """What every method that folds owes: ``make()``'s strategy folds; aggregating the whole uploads
-    in the server (``aggregate``) is the one-unit fold bit for bit; the same split folded twice gives
-    the same bits; and folded in the split ``unit``, each sum stays within the float64 bound of the
-    one-unit fold's. Returns the one-unit and the split strategy (state after the round), their sums
+    """What every method whose statistics are sums owes: ``make()``'s strategy folds; the server's
+    sum of the gathered statistics (``runtime.fold: false``) is the one-unit fold bit for bit; the
+    same split folded twice gives the same bits; and folded in the split ``unit``, each sum stays
+    within the float64 bound of the one-unit fold's. Returns the one-unit and the split strategy (state after the round), their sums
     and the bounds (``float64_bound``) for the method's own checks of its state."""
     server = make()
-    assert server.folds
-    server.aggregate(1, updates)
+    assert collects(server) == "fold"
+    aggregate(server, 1, updates)
     bare = [replace(u, payload=None) for u in updates]
     out = []
     for split in (lambda cid: 0, unit, unit):
         s = make()
         sums = fold(s, updates, split)
-        s.aggregate_sums(1, sums, bare)
+        s.aggregate(summed(1, sums, bare))
         out.append((s, sums))
     (one, sums_one), (split, sums_split), (again, _) = out
     assert_same_state(one, server)
@@ -221,13 +223,35 @@ def test_dsgd_folds_the_mean_gradient_and_the_buffers():
     assert split.models["mlp"]["count"] == one.models["mlp"]["count"] == round(sum(range(k)) / k)
 
 
+def test_a_robust_aggregator_reads_every_model_in_client_order():
+    """extending.md's coordinate-wise median: ``EachModelClient`` hands every model back on its own,
+    so the run gathers, and ``round.each`` gives them in client-id order whatever order they came in."""
+    class CoordinateMedian(Strategy):
+        Params, Client = Params, EachModelClient
+
+        def aggregate(self, round):
+            self.order = [i.client_id for i in round.each("model")]
+            for arch, items in round.each_by_arch("model").items():
+                self.models[arch] = {k: np.median([i.value[k] for i in items], axis=0).astype(v.dtype)
+                                     for k, v in self.models[arch].items()}
+            return round.mean_loss()
+
+    config = build_config({"federation": {"num_clients": 3, "clients_per_round": 3, "architectures": {"mlp": 3}}})
+    s = CoordinateMedian(Params(), ServerContext(config, [ClientSpec(i, "mlp", np.arange(2)) for i in range(3)],
+                                                 lambda arch: Tiny()))
+    assert collects(s) == "gather"
+    metrics = aggregate(s, 1, [update(2, 2, [9, -1], 4), update(0, 1, [0, 3], 1), update(1, 1, [3, 100], 1)])
+    np.testing.assert_array_equal(s.models["mlp"]["w"], [3, 3])  # the median of 0, 3, 9 and of 3, 100, -1
+    assert s.models["mlp"]["count"] == 1 and s.order == [0, 1, 2] and metrics == {"train/loss": 1.0}
+
+
 def test_fedensemble_keeps_every_upload():
-    """Its ensemble holds every user's latest model, which no sum over the clients gives: it does not fold."""
+    """Its ensemble holds every user's latest model, which no sum over the clients gives: it gathers."""
     config = build_config({"federation": {"num_clients": 3, "clients_per_round": 3, "architectures": {"mlp": 3}},
                            "algorithm": {"name": "fedensemble"}})
     specs = [ClientSpec(i, "mlp", np.arange(2)) for i in range(3)]
     s = make_strategy(config, specs, lambda arch: Tiny(), test_x=np.zeros((1, 2), np.float32), test_y=np.zeros(1, np.int64))
-    assert not s.folds
-    s.aggregate(1, [update(2, 2, [3, 3], 4), update(0, 1, [0, 3], 1), update(1, 1, [3, 0], 1)])
+    assert collects(s) == "gather"
+    aggregate(s, 1, [update(2, 2, [3, 3], 4), update(0, 1, [0, 3], 1), update(1, 1, [3, 0], 1)])
     np.testing.assert_allclose(s.models["mlp"]["w"], [2.0, 2.0])  # FedAvg's mean, in the server
     assert sorted(s.latest) == [0, 1, 2]

@@ -21,7 +21,7 @@ from fedray.data.datasets import load_dataset
 from fedray.method import resolve
 from fedray.messages import ClientSpec, ClientUpdate
 from fedray.parameter_tree import ParameterTree
-from tests.support import make_strategy
+from tests.support import aggregate, collects, make_strategy
 
 SWAP = torch.tensor([1, 0, 3, 2, 5, 4, 7, 6, 9, 8])
 
@@ -46,10 +46,10 @@ def upload(cid, values):
 
 def test_server_step_by_hand_splits_two_opposed_groups():
     s = server(4, eps1=1.0, eps2=0.5)
-    assert not s.folds  # the split criteria need every client's update (fedray.fold)
+    assert collects(s) == "gather"  # the split criteria need every client's update (fedray.round)
     plan = s.configure_round(1)
     assert [t.client_id for t in plan.tasks] == [0, 1, 2, 3] and list(plan.broadcast) == ["model/cluster0"]
-    m = s.aggregate(1, [upload(0, [1, 0, 0]), upload(1, [1, 0.1, 0]), upload(2, [-1, 0, 0]), upload(3, [-1, 0, 0.1])])
+    m = aggregate(s, 1, [upload(0, [1, 0, 0]), upload(1, [1, 0.1, 0]), upload(2, [-1, 0, 0]), upload(3, [-1, 0, 0.1])])
     # mean = [0, 0.025, 0.025]: ||.|| = 0.0354 < eps1; max ||dtheta_i|| = 1.005 > eps2
     assert m["cfl/cluster0/mean_norm"] == pytest.approx(np.sqrt(2) * 0.025, rel=1e-6)
     assert m["cfl/cluster0/max_norm"] == pytest.approx(np.sqrt(1.01), rel=1e-6)
@@ -90,7 +90,7 @@ def test_the_tree_is_read_once_and_written_once_a_round():
     later = [upload(i, [0.1 * (i + 1), 0, 0]) for i in range(4)]
     for r, updates in ((1, first), (2, later), (3, later)):
         s.configure_round(r)
-        metrics = s.aggregate(r, updates)
+        metrics = aggregate(s, r, updates)
         s.evaluate(lambda arch, weights, group: {"accuracy": float(weights["w"][0]), "loss": 0.0})
         s.artifacts(r)
         assert trees[0].calls == ["view", "apply"], (r, trees[0].calls)
@@ -102,22 +102,22 @@ def test_the_tree_is_read_once_and_written_once_a_round():
 
 def test_no_split_while_the_norm_criteria_fail():
     updates = [upload(0, [1, 0, 0]), upload(1, [1, 0.1, 0]), upload(2, [-1, 0, 0]), upload(3, [-1, 0, 0.1])]
-    assert server(4, eps1=0.01, eps2=0.5).aggregate(1, updates)["cfl/clusters"] == 1  # not stationary
-    assert server(4, eps1=1.0, eps2=2.0).aggregate(1, updates)["cfl/clusters"] == 1  # every client is
-    assert server(4, eps1=1.0, eps2=0.5, alpha_thresh=-1.0).aggregate(1, updates)["cfl/clusters"] == 1
-    assert server(4, eps1=0.01, eps2=0.5, norm_criteria=False).aggregate(1, updates)["cfl/clusters"] == 2
+    assert aggregate(server(4, eps1=0.01, eps2=0.5), 1, updates)["cfl/clusters"] == 1  # not stationary
+    assert aggregate(server(4, eps1=1.0, eps2=2.0), 1, updates)["cfl/clusters"] == 1  # every client is
+    assert aggregate(server(4, eps1=1.0, eps2=0.5, alpha_thresh=-1.0), 1, updates)["cfl/clusters"] == 1
+    assert aggregate(server(4, eps1=0.01, eps2=0.5, norm_criteria=False), 1, updates)["cfl/clusters"] == 2
 
 
 def test_byzantine_rule_keeps_the_larger_child_and_drops_the_rest():
     s = server(5, roles=["benign"] * 3 + ["byzantine"] * 2, byzantine=True, norm_criteria=False)
     benign = [upload(0, [1, 0, 0]), upload(1, [1, 0.2, 0]), upload(2, [1, 0, 0.2])]
-    m = s.aggregate(1, benign + [upload(3, [-3, 5, 1]), upload(4, [2, -4, 7])])
+    m = aggregate(s, 1, benign + [upload(3, [-3, 5, 1]), upload(4, [2, -4, 7])])
     # each Byzantine client is its own distribution: one split removes one of them (the one least
     # like everyone else), as in section 6.7 where Byzantine clients need several splits
     assert s.tree.clusters() == {1: [0, 1, 2, 4]} and m["cfl/adversaries_with_benign"] == 1
     assert (m["cfl/clusters"], m["cfl/splits"], m["cfl/dropped_clients"]) == (1, 1, 1)
     assert [t.client_id for t in s.configure_round(2).tasks] == [0, 1, 2, 4]  # dropped clients train no more
-    m = s.aggregate(2, benign + [upload(4, [-2, 4, -7])])
+    m = aggregate(s, 2, benign + [upload(4, [-2, 4, -7])])
     assert s.tree.clusters() == {3: [0, 1, 2]} and m["cfl/adversaries_with_benign"] == 0
     assert (m["cfl/clusters"], m["cfl/splits"], m["cfl/dropped_clients"]) == (1, 2, 2)
     assert [n.node_id for n in s.tree.nodes.values() if n.dropped] == [2, 4]
@@ -125,17 +125,17 @@ def test_byzantine_rule_keeps_the_larger_child_and_drops_the_rest():
 
 def test_recursive_schedule_trains_one_cluster_at_a_time():
     s = server(4, eps1=1.0, eps2=0.5, schedule="recursive")
-    s.aggregate(1, [upload(0, [1, 0, 0]), upload(1, [1, 0.1, 0]), upload(2, [-1, 0, 0]), upload(3, [-1, 0, 0.1])])
+    aggregate(s, 1, [upload(0, [1, 0, 0]), upload(1, [1, 0.1, 0]), upload(2, [-1, 0, 0]), upload(3, [-1, 0, 0.1])])
     assert [t.client_id for t in s.configure_round(2).tasks] == [0, 1]  # cluster 1 first (depth first)
     # cluster 1 is congruent: stationary and every client too (max norm < eps2), so it is finished
-    s.aggregate(2, [upload(0, [0.1, 0, 0]), upload(1, [-0.1, 0, 0])])
+    aggregate(s, 2, [upload(0, [0.1, 0, 0]), upload(1, [-0.1, 0, 0])])
     assert s.finished == [1]
     assert [t.client_id for t in s.configure_round(3).tasks] == [2, 3]
 
 
 def test_state_dict_round_trip_keeps_the_tree():
     s = server(4, eps1=1.0, eps2=0.5)
-    s.aggregate(1, [upload(0, [1, 0, 0]), upload(1, [1, 0.1, 0]), upload(2, [-1, 0, 0]), upload(3, [-1, 0, 0.1])])
+    aggregate(s, 1, [upload(0, [1, 0, 0]), upload(1, [1, 0.1, 0]), upload(2, [-1, 0, 0]), upload(3, [-1, 0, 0.1])])
     t = server(4, eps1=1.0, eps2=0.5)
     t.load_state_dict(s.state_dict())
     assert t.tree.clusters() == s.tree.clusters() and t.max_mean_norm == s.max_mean_norm
@@ -183,7 +183,7 @@ def run(strategy, client, clients, rounds):
         plan = strategy.configure_round(r)
         updates = [run_task(client, t, tuple(plan.broadcast[k] for k in t.payload_keys), clients[t.client_id])
                    for t in plan.tasks]
-        history.append(strategy.aggregate(r, updates))
+        history.append(aggregate(strategy, r, updates))
         if history[-1]["cfl/clusters"] > 1:
             break
     return history

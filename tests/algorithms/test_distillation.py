@@ -15,7 +15,8 @@ from fedray.assembly import assemble, load_data
 from fedray.federation import Federation
 from fedray.fold import add_terms
 from fedray.messages import ClientFailure, ClientUpdate
-from tests.distill.folding import check_folding
+from tests.distill.folding import a_round, check_folding
+from tests.support import aggregate, bare_client, client_half
 
 
 def config(algorithm, rounds=2, **extra):
@@ -129,7 +130,7 @@ def test_fedbe_samples_a_diagonal_gaussian_around_the_weighted_mean(tmp_path):
     def moments(*updates):  # the sums a host folds: first and second moments of the weights
         sums = {}
         for u in updates:
-            add_terms(sums, u.arch, s.server_terms(u))
+            add_terms(sums, u.arch, client_half(s).statistics(u, bare_client(u)))
         s.models["logreg"] = sums["logreg"]["model"].mean()
         return sums
 
@@ -182,14 +183,12 @@ def test_cfd_uploads_one_bit_labels_that_decode_to_one_hot(tmp_path):
 def test_fd_delta_coding_decodes_to_the_clients_labels(tmp_path):
     fed = Federation(assemble(config({"name": "cfd", "b_up": 2, "delta": True}, 3)), tmp_path)
     for _ in range(3):
-        plan = fed.strategy.configure_round(fed.round + 1)
-        updates = fed.executor.execute(plan)
-        previous = {u.client_id: fed.strategy.last_up.get(u.client_id) for u in updates}
+        previous = {cid: state.get("last") for cid, state in fed.executor.client_states().items()}
+        updates, _ = a_round(fed)
         fed.round += 1
-        fed.strategy.aggregate(fed.round, updates)
+        aggregate(fed.strategy, fed.round, updates, fed.executor.host.clients)
         states = fed.executor.client_states()
-        for u in updates:  # the server's decoded copy is exactly the client's quantised labels
-            np.testing.assert_array_equal(fed.strategy.last_up[u.client_id], states[u.client_id]["last"])
+        for u in updates:  # each stream, decoded against the last one, is exactly the client's quantised labels
             np.testing.assert_array_equal(decode_soft_labels(u.payload.stream, previous[u.client_id]),
                                           states[u.client_id]["last"])
 
@@ -236,14 +235,12 @@ FOLDING = {"feddf": {"name": "feddf", "distill": {"steps": 3, "lr": 1e-3}},
 
 
 @pytest.mark.parametrize("method", sorted(FOLDING))
-def test_hosts_fold_within_the_float64_bound_and_the_server_folds_whole_uploads_alike(tmp_path, method):
+def test_hosts_fold_within_the_float64_bound_and_the_server_sums_gathered_statistics_alike(tmp_path, method):
     """FedDF's teacher (logits, or probabilities at T = 2) and FedAvg init, FedBE's moments, FD's
     labels and entropies: see ``tests.distill.folding.check_folding``."""
-    cfg = config(FOLDING[method], 2, federation={"clients_per_round": 5}, runtime={"fold": False})
+    cfg = config(FOLDING[method], 2, federation={"clients_per_round": 5})
     fed = Federation(assemble(cfg), tmp_path)
-    # a round first, then FD's clients have labels to download and to delta-code against; unfolded,
-    # so that the server holds its copy of their uploads to decode the deltas against
-    fed.run_round()
+    fed.run_round()  # a round first, then FD's clients have labels to download and to delta-code against
     check_folding(fed, kept=("models", "start") if method in ("fd", "cfd") else ("models",))
 
 
@@ -252,14 +249,17 @@ def test_a_folded_run_of_two_clients_a_round_is_the_per_client_run(tmp_path, met
     """Two clients a round: the hosts' fold tree makes the one addition the server makes folding
     whole uploads (``runtime.fold: false``), so the runs are the same to the last bit (with more
     clients the orders differ, within the float64 bound: see the test above). The folded run's
-    server never sees an upload."""
-    def refuse(round, updates):
-        raise AssertionError("a folded round reached Strategy.aggregate")
-
+    server gets the hosts' sums only, never a client's statistics."""
     two = {"federation": {"clients_per_round": 2}}
     apart, whole = run(config(FOLDING[method], 2, runtime={"fold": False}, **two), tmp_path / "apart")
     fed = Federation(assemble(config(FOLDING[method], 2, **two)), tmp_path / "folded")
-    fed.strategy.aggregate = refuse
+    real = fed.strategy.aggregate
+
+    def summed_only(round):
+        assert round.gathered is None and round.sums, "a folded round brought the server its clients' statistics"
+        return real(round)
+
+    fed.strategy.aggregate = summed_only
     folded = [fed.run_round().metrics for _ in range(2)]
     assert_same_models(apart.strategy.models, fed.strategy.models)
     for a, b in zip(whole, folded):

@@ -169,8 +169,8 @@ def test_the_pretraining_cache_is_hit_on_the_second_run(tmp_path):
 def test_clients_keep_the_servers_scores_and_their_hosts_fold_the_weighted_ensemble(tmp_path):
     """Each client scores D_distill and the test inputs itself, with the scorer it releases: the
     server's numbers from the upload. With a coefficient per sample, the teacher's folds in two
-    splits stay within the float64 bound, and the server's fold of the whole uploads (its own
-    scores) is the hosts' (the clients'), bit for bit (``tests.distill.folding.check_folding``)."""
+    splits stay within the float64 bound, and the server's sum of the gathered statistics is the
+    hosts' one-group fold, bit for bit (``tests.distill.folding.check_folding``)."""
     cfg = config(tmp_path, {"name": "fedaux", "eps": 10.0, "distill": {"steps": 3, "lr": 1e-3}},
                  federation={"clients_per_round": 5})
     fed = Federation(assemble(cfg), tmp_path / "run")

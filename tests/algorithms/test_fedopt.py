@@ -4,15 +4,16 @@ import numpy as np
 import pytest
 
 from tests.algorithms.test_aggregation import strategy, update
+from tests.support import aggregate
 
 
 def two_rounds(optimizer, **params):
     """x_0 = [0, 0]; round 1 the clients' mean is [1, -2], round 2 it is x_1 + [1, 0]."""
     s = strategy("fedopt", optimizer=optimizer, server_lr=0.1, beta1=0.5, beta2=0.75, tau=0.5, **params)
-    s.aggregate(1, [update(0, 1, [0, -2], 1), update(1, 1, [2, -2], 3), update(2, 2, [1, -2], 2)])
+    aggregate(s, 1, [update(0, 1, [0, -2], 1), update(1, 1, [2, -2], 3), update(2, 2, [1, -2], 2)])
     first = s.models["mlp"]["w"].astype(np.float64).copy()
     target = first + np.array([1.0, 0.0])
-    s.aggregate(2, [update(i, 1, target, 2) for i in range(3)])
+    aggregate(s, 2, [update(i, 1, target, 2) for i in range(3)])
     return s, first, s.models["mlp"]["w"].astype(np.float64)
 
 
@@ -54,7 +55,7 @@ def test_fedavgm_by_hand_and_fedavg_as_its_special_case():
     plain = strategy("fedopt", optimizer="momentum", server_lr=1.0, beta1=0.0)
     avg = strategy("fedavg")
     ups = [update(0, 1, [0, -2], 1), update(1, 1, [2, -2], 3), update(2, 2, [1, -2], 2)]
-    plain.aggregate(1, ups), avg.aggregate(1, ups)
+    aggregate(plain, 1, ups), aggregate(avg, 1, ups)
     np.testing.assert_array_equal(plain.models["mlp"]["w"], avg.models["mlp"]["w"])
 
 
@@ -63,7 +64,7 @@ def test_moments_are_checkpointed():
     fresh = strategy("fedopt", optimizer="adam", server_lr=0.1, beta1=0.5, beta2=0.75, tau=0.5)
     fresh.load_state_dict(s.state_dict())
     ups = [update(i, 1, [3, 3], 2) for i in range(3)]
-    s.aggregate(3, ups), fresh.aggregate(3, ups)
+    aggregate(s, 3, ups), aggregate(fresh, 3, ups)
     np.testing.assert_array_equal(s.models["mlp"]["w"], fresh.models["mlp"]["w"])
 
 

@@ -13,7 +13,7 @@ from fedray.method import resolve
 from fedray.messages import ClientSpec, ClientTask, ClientUpdate, RoundPlan
 from fedray.models import create_model
 from fedray.weights import get_weights
-from tests.support import make_strategy
+from tests.support import gathered, make_strategy
 from tests.test_federation import digits
 
 
@@ -78,7 +78,8 @@ def test_the_server_cuts_broadcast_models_to_heads_and_keeps_the_bodies():
     config = config_of(name="fedavg", share="head")
     strategy = make_strategy(config, [ClientSpec(i, "mlp", np.arange(4)) for i in range(2)], build)
     head, body = split_head(theta)
-    strategy.keep_bodies([ClientUpdate(0, "mlp", 4, HeadUpload(head, body), 0), ClientUpdate(1, "mlp", 4, theta, 0)])
+    ups = [ClientUpdate(1, "mlp", 4, theta, 0, {"loss": 1.0}), ClientUpdate(0, "mlp", 4, HeadUpload(head, body), 0, {"loss": 1.0})]
+    strategy.keep_bodies(gathered(strategy, 1, ups))  # an upload's body, or a whole model's, in client-id order
     assert [(cid, set(b)) for cid, _, b in strategy.bodies] == [(0, set(body)), (1, set(body))]
 
 

@@ -14,7 +14,7 @@ from fedray.method import resolve
 from fedray.messages import ClientSpec, ClientUpdate
 from fedray.models import create_model
 from fedray.weights import get_weights, weighted_mean
-from tests.support import make_strategy
+from tests.support import aggregate, collects, make_strategy
 
 RNG = np.random.default_rng(0)
 TEST_X = RNG.normal(size=(60, 6)).astype(np.float32)
@@ -46,7 +46,7 @@ def test_refinement_never_reads_the_labels():
     logged = []
     for rnd in (1, 2, 7):  # 7: past cluster_after, with CLR
         ups = updates(a, seed=rnd)
-        ma, mb = a.aggregate(rnd, ups), b.aggregate(rnd, ups)
+        ma, mb = aggregate(a, rnd, ups), aggregate(b, rnd, ups)
         for name in a.models["mlp"]:
             np.testing.assert_array_equal(a.models["mlp"][name], b.models["mlp"][name])
         logged += [(ma[k], mb[k]) for k in ma if k.startswith("mrtf/accuracy")]
@@ -89,18 +89,18 @@ def test_ablation_targets_al_and_st():
 def test_pa_is_fedavg_and_feed_back_off_broadcasts_the_plain_aggregate():
     pa = mrtf(refine=False)
     ups = updates(pa)
-    pa.aggregate(1, ups)
+    aggregate(pa, 1, ups)
     config = build_config({"federation": {"num_clients": 4, "clients_per_round": 3, "architectures": {"mlp": 4}},
                            "algorithm": {"name": "fedavg"}})
     fedavg = make_strategy(config, [ClientSpec(i, "mlp", np.arange(10)) for i in range(4)], build)
-    fedavg.aggregate(1, ups)
+    aggregate(fedavg, 1, ups)
     average = weighted_mean([u.payload for u in ups], [1, 1, 1])
     for name in average:  # both fold the same terms; weighted_mean adds the shares 1/3: one float32 ulp apart
         np.testing.assert_array_equal(pa.models["mlp"][name], fedavg.models["mlp"][name])
         assert np.all(np.abs(pa.models["mlp"][name] - average[name]) <= np.spacing(np.abs(average[name])))
 
     kept = mrtf(feed_back=False)
-    metrics = kept.aggregate(1, ups)
+    metrics = aggregate(kept, 1, ups)
     for name in average:
         np.testing.assert_array_equal(kept.models["mlp"][name], average[name])  # broadcast next round
     assert any(not np.array_equal(kept.refined["mlp"][n], average[n]) for n in average)
@@ -115,7 +115,7 @@ def test_refinement_moves_the_aggregate_towards_the_targets():
     previous = dict(s.models["mlp"])
     average = weighted_mean([u.payload for u in ups], [1, 1, 1])
     target, _ = s.targets(1, "mlp", [u.payload for u in ups], previous, average, 0.6)
-    s.aggregate(1, ups)
+    aggregate(s, 1, ups)
     x = torch.from_numpy(TEST_X)
 
     def cross_entropy(weights):
@@ -136,7 +136,7 @@ def test_refining_on_named_auxiliary_inputs_instead_of_the_test_inputs():
     average = weighted_mean([u.payload for u in ups], [1, 1, 1])
     target, _ = s.targets(1, "mlp", [u.payload for u in ups], previous, average, 0.6)
     assert target.shape == (40, 3)  # on the auxiliary inputs
-    metrics = s.aggregate(1, ups)
+    metrics = aggregate(s, 1, ups)
     assert "mrtf/accuracy_targets" not in metrics and "mrtf/accuracy_refined" in metrics  # no labels for X_g
     with pytest.raises(ConfigError, match="aux.size = 0"):
         resolve(build_config({"algorithm": {"name": "mrtf", "inputs": "aux"}}))
@@ -160,7 +160,7 @@ def test_the_authors_code_rules_as_options():
         torch.testing.assert_close(target, expected)
         assert info["u"] == pytest.approx(1 - g)
         before = s.previous_targets.get("mlp")
-        s.aggregate(rnd, ups)
+        aggregate(s, rnd, ups)
         mixed = expected if before is None else (1 - g) * expected + g * before
         torch.testing.assert_close(s.previous_targets["mlp"], mixed / mixed.sum(dim=1, keepdim=True))
         seen.append(float(np.mean(losses)))
@@ -182,4 +182,4 @@ def test_pa_folds_and_refinement_keeps_every_local_model():
     one, split, bound, moved = fold_alike(lambda: mrtf(refine=False), ups, lambda cid: cid // 3)
     assert moved
     assert one.refined["mlp"] is one.models["mlp"] and one.losses == split.losses == [0.5]  # PA broadcasts it
-    assert not mrtf().folds and not mrtf(rectify=False, cluster=False, teachers="avg_logit").folds
+    assert collects(mrtf()) == "gather" and collects(mrtf(rectify=False, cluster=False, teachers="avg_logit")) == "gather"

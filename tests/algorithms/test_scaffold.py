@@ -13,7 +13,7 @@ from fedray.method import resolve
 from fedray.messages import ClientSpec, ClientTask, ClientUpdate
 from fedray.training import batch_indices
 from fedray.weights import get_weights
-from tests.support import make_strategy
+from tests.support import aggregate, make_strategy
 
 
 def linear(arch="lin"):
@@ -105,7 +105,7 @@ def test_server_moves_the_model_and_the_control_by_hand():
                                  {"w": np.array(dc, np.float32)})
         return ClientUpdate(cid, "mlp", 4, payload, 16, {"loss": 1.0})
 
-    s.aggregate(1, [up(0, [3, 1], [2, 2], [0.6, 0.0]), up(2, [1, -3], [4, 0], [0.0, -1.2])])
+    aggregate(s, 1, [up(0, [3, 1], [2, 2], [0.6, 0.0]), up(2, [1, -3], [4, 0], [0.0, -1.2])])
     # x + eta_g mean(y_i - x) = [1, 1] + 0.5 * mean([2, 0], [0, -4]) = [1.5, 0]
     np.testing.assert_allclose(s.models["mlp"]["w"], [1.5, 0.0])
     np.testing.assert_allclose(s.models["mlp"]["mean"], [3.0, 1.0])  # buffers: the mean

@@ -9,7 +9,7 @@ from fedray.config import build_config
 from fedray.assembly import assemble
 from fedray.federation import Federation
 from fedray.messages import ClientSpec, ClientUpdate
-from tests.support import make_strategy
+from tests.support import aggregate, make_strategy
 
 
 class Line(torch.nn.Module):
@@ -26,10 +26,10 @@ def test_majority_vote_step_by_hand():
     def up(cid, signs):
         payload = CodedUpdate({"w": encode_tensor("sign", np.array(signs, np.float32))})
         return ClientUpdate(cid, "mlp", 2, payload, len(payload.tensors["w"]), {"loss": 0.0})
-    s.aggregate(1, [up(0, [1, 1, -1, -1]), up(1, [1, -1, -1, 1]), up(2, [-1, -1, -1, 1])])
+    aggregate(s, 1, [up(0, [1, 1, -1, -1]), up(1, [1, -1, -1, 1]), up(2, [-1, -1, -1, 1])])
     np.testing.assert_array_equal(s.votes["mlp"]["w"], [1, -1, -1, 1])
     np.testing.assert_array_equal(s.models["mlp"]["w"], [0.5, -0.5, -0.5, 0.5])  # theta^0 = 0, delta = 0.5
-    s.aggregate(2, [up(0, [1, 1, 1, 1]), up(1, [1, 1, 1, -1]), up(2, [1, -1, 1, -1])])
+    aggregate(s, 2, [up(0, [1, 1, 1, 1]), up(1, [1, 1, 1, -1]), up(2, [1, -1, 1, -1])])
     np.testing.assert_array_equal(s.votes["mlp"]["w"], [2, 0, 0, 0])
     # client 0 holds theta^1 and missed round 2's vote: values in [-1, 1], cheaper than S in [-2, 2]
     keys = s._download(0, "mlp", 3, candidates := {})

@@ -11,7 +11,7 @@ from fedray.assembly import assemble
 from fedray.federation import Federation
 from fedray.messages import ClientFailure, ClientSpec, ClientUpdate
 from fedray.weights import weighted_mean
-from tests.support import make_strategy
+from tests.support import aggregate, collects, make_strategy
 
 
 class Line(torch.nn.Module):
@@ -34,11 +34,11 @@ def upload(cid, values):
 
 def test_server_step_eqs_4_6_to_4_8_by_hand():
     s = server(p_down=0.5)
-    s.aggregate(1, [upload(0, [1, 0, 0, -1]), upload(1, [0, 0, 3, -3])])
+    aggregate(s, 1, [upload(0, [1, 0, 0, -1]), upload(1, [0, 0, 3, -3])])
     # mean = [0.5, 0, 1.5, -2]; R = 0; STC, k = 2: top-2 |.| = {2, 1.5}, mu = 1.75 where |x| >= 1.5
     np.testing.assert_array_equal(s.models["mlp"]["w"], [0, 0, 1.75, -1.75])
     np.testing.assert_array_equal(s.residual["mlp"]["w"], [0.5, 0, -0.25, -0.25])
-    s.aggregate(2, [upload(0, [0, 0, 0, 0]), upload(1, [0, 2, 0, 0])])
+    aggregate(s, 2, [upload(0, [0, 0, 0, 0]), upload(1, [0, 2, 0, 0])])
     # dtheta = R + mean = [0.5, 1, -0.25, -0.25]; top-2 = {1, 0.5}, mu = 0.75 where |x| >= 0.5
     np.testing.assert_array_equal(s.models["mlp"]["w"], [0.75, 0.75, 1.75, -1.75])
     np.testing.assert_array_equal(s.residual["mlp"]["w"], [-0.25, 0.25, -0.25, -0.25])
@@ -47,7 +47,7 @@ def test_server_step_eqs_4_6_to_4_8_by_hand():
 
 def test_server_without_residual_drops_the_error():
     s = server(p_down=0.5, server_residual=False)
-    s.aggregate(1, [upload(0, [1, 0, 0, -1]), upload(1, [0, 0, 3, -3])])
+    aggregate(s, 1, [upload(0, [1, 0, 0, -1]), upload(1, [0, 0, 3, -3])])
     assert s.residual == {}
 
 
@@ -151,7 +151,7 @@ def coded(cid, x, samples):
 
 def test_the_hosts_fold_the_decoded_updates_and_the_server_step_reads_their_mean():
     """Eq. 4.6's mean_i dtheta~_i is all the server needs of the clients: each host decodes its
-    clients' bitstreams and folds them (|D_i|-weighted here). Whole uploads aggregated in the server
+    clients' bitstreams and folds them (|D_i|-weighted here). Whole uploads gathered and summed in the server
     are the one-unit fold bit for bit; another split of the clients moves the sums by float64
     rounding only, and the model, theta + mean (``down: none``), by that over sum_i |D_i| and one
     float32 rounding of the mean."""
@@ -169,7 +169,7 @@ def test_the_hosts_fold_the_decoded_updates_and_the_server_step_reads_their_mean
         within = bound["mlp"]["update"]["w"] / weight + ulp(mean)
         assert np.all(np.abs(s.models["mlp"]["w"].astype(np.float64) - mean) <= within)
     assert one.cache.synced == split.cache.synced and len(one.cache.synced) == k
-    assert strategy("dgc", k, Wide).folds  # DGC's server and contribution are STC's
+    assert collects(strategy("dgc", k, Wide)) == "fold"  # DGC's server and statistics are STC's
 
 
 def test_folding_on_the_hosts_or_in_the_server_gives_the_same_bits(tmp_path):

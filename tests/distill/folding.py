@@ -1,24 +1,22 @@
 """What the distillation methods' folding tests share: one round's uploads turned into terms by their
-host (``ClientAlgorithm.contribution``), folded in some split into fold units (``fedray.fold``),
+host (``ClientAlgorithm.statistics``), folded in some split into fold units (``fedray.fold``),
 and the bound that float64 summation puts between two splits."""
 
 from __future__ import annotations
 
 import copy
-from dataclasses import replace
 
 import numpy as np
 
 from fedray.fold import Block, Sums, TreeStack, add_terms, fold_groups
+from tests.support import aggregate, collects, summed, uploads
 
 
 def a_round(fed):
-    """The next round's whole uploads (``executor.execute``: nothing folded yet), with each client's
-    terms as its host makes them: {client id: (arch, terms)}."""
-    plan = fed.strategy.configure_round(fed.round + 1)
-    updates = fed.executor.execute(plan)
-    host = fed.executor.host
-    terms = {u.client_id: (u.arch, host.algorithm.contribution(u, host.clients[u.client_id])) for u in updates}
+    """The next round's whole uploads (the local host's ``run_batch``: nothing summed yet), with each
+    client's terms as its host makes them: {client id: (arch, terms)}."""
+    updates, host = uploads(fed, fed.strategy.configure_round(fed.round + 1)), fed.executor.host
+    terms = {u.client_id: (u.arch, host.algorithm.statistics(u, host.clients[u.client_id])) for u in updates}
     return updates, terms
 
 
@@ -26,7 +24,7 @@ def fold(terms, groups: int) -> Sums:
     """``terms`` folded as a host folds a round: ``groups`` fold groups (a power of two; contiguous
     blocks of the sorted ids), each summed in client-id order, the groups' sums added pairwise in
     the fold tree (``fedray.fold.TreeStack``). One group is one sum in client-id order, as the
-    server folds whole uploads (``FedDF.aggregate``, ``FD.aggregate``)."""
+    server sums gathered statistics (``fedray.round.Round.totals``)."""
     group = fold_groups(terms, groups)
     tree = TreeStack(Block("", groups.bit_length() - 1, 0))
     parts: dict[int, Sums] = {}
@@ -76,11 +74,11 @@ def assert_same_sums(one: Sums, other: Sums) -> None:
 
 def check_folding(fed, kept=("models",)) -> None:
     """The method folds; a round's terms folded in one group, in four, and in four again: the splits
-    within the float64 bound of each other, the same split the same bits; and the server's fold of
-    the whole uploads (``strategy.aggregate``) is the hosts' one-group fold: aggregating either gives
-    the same models (``kept``: the strategy attributes compared) and metrics, bit for bit."""
+    within the float64 bound of each other, the same split the same bits; and the server's sum of the
+    gathered statistics (``runtime.fold: false``) is the hosts' one-group fold: aggregating either
+    gives the same models (``kept``: the strategy attributes compared) and metrics, bit for bit."""
     s = fed.strategy
-    assert s.folds
+    assert collects(s) == "fold"
     updates, terms = a_round(fed)
     assert len(set(fold_groups(terms, 4).values())) >= 3  # the tree adds in another order than one by one
     one, four = fold(terms, 1), fold(terms, 4)
@@ -88,10 +86,10 @@ def check_folding(fed, kept=("models",)) -> None:
     assert_same_sums(four, fold(terms, 4))
     fed.round += 1
     before = copy.deepcopy(s.state_dict())
-    whole = s.aggregate(fed.round, updates)
+    whole = aggregate(s, fed.round, updates, fed.executor.host.clients)
     server = {name: copy.deepcopy(getattr(s, name)) for name in kept}
     s.load_state_dict(copy.deepcopy(before))
-    folded = s.aggregate_sums(fed.round, one, [replace(u, payload=None) for u in updates])
+    folded = s.aggregate(summed(fed.round, one, updates))
     assert folded == whole
     for name in kept:
         for arch, weights in server[name].items():
