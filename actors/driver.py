@@ -25,15 +25,15 @@ from ray.exceptions import RayActorError, RayTaskError
 
 from actors import places
 from actors.client import HOST_GROUPS
-from actors.server import ServerActor
 from actors.preflight import check_placement, check_ray, no_cluster, probe_ray, ray_address
+from actors.server import ServerActor
 from fedray.backends import Stepper
 from fedray.config import Config, ConfigError, RuntimeConfig
 from fedray.messages import one_line
 from fedray.runner import RemoteError
 
 if TYPE_CHECKING:
-    from fedray.method import Method
+    from fedray.resolve import Method
     from fedray.observers import Observer
 
 

@@ -20,7 +20,7 @@ from fedray.config import Config
 from fedray.executor import EvalPart, Executor
 from fedray.fold import fold_groups
 from fedray.messages import ClientSpec, ClientUpdate, RoundPlan
-from fedray.method import Method
+from fedray.resolve import Method
 from fedray.round import Answers
 from fedray.weights import Weights
 
@@ -94,12 +94,12 @@ class RayExecutor(Executor):
         return self._run(plan, "prepare_batch").updates
 
     def execute(self, plan: RoundPlan) -> Answers:
-        """The round on the actors, its statistics summed there (``fedray.fold``) or gathered. Summed
-        where any actor may run any client, a batch is a block of the fold tree (``runtime.fold_groups`` groups of client ids, added
-        pairwise in a fixed tree): a host sends one sum per block and the server adds blocks to
-        their siblings as they come, so the sums are those of the local backend to the last bit,
-        whichever actor ran which block, and a run that lost a node ends where the undisturbed run
-        ends. Where the clients stay at home or train as cohorts, one unit per actor, added in actor
+        """The round on the actors, its statistics summed there (``fedray.fold``) or gathered.
+        Summed where any actor may run any client, a batch is a block of the fold tree
+        (``runtime.fold_groups`` groups of client ids, added pairwise in a fixed tree): a host sends
+        one sum per block and the server adds blocks to their siblings as they come, so the sums
+        are those of the local backend to the last bit, whichever actor ran which block, and a run
+        that lost a node ends where the undisturbed run ends. Where the clients stay at home or train as cohorts, one unit per actor, added in actor
         order, so a run that lost a node (fewer actors, clients on new homes, a lost unit run again
         in parts) differs from the undisturbed run by rounding."""
         return self._run(plan, "collect_batch")

@@ -20,7 +20,7 @@ from fedray.config import Config
 from fedray.messages import RoundResult
 
 if TYPE_CHECKING:
-    from fedray.method import Method
+    from fedray.resolve import Method
     from fedray.observers import Observer
     from fedray.federation import Federation
 
@@ -54,7 +54,7 @@ class ServerActor(HostActor):
         from actors.executor import RayExecutor
         from actors.tree import tree_actor_factory
         from fedray.assembly import assemble
-        from fedray.method import resolve
+        from fedray.resolve import resolve
         from fedray.federation import Federation
 
         config, method, run_dir, resume, observers = self.args

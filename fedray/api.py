@@ -44,7 +44,7 @@ from fedray.runner import RunFailed, run_experiment, vectorize_note
 if TYPE_CHECKING:
     import torch
 
-    from fedray.method import Method
+    from fedray.resolve import Method
     from fedray.observers import Observer
 
 Source = Union[str, os.PathLike, Mapping[str, Any], Config]
@@ -271,7 +271,7 @@ def _checks(config: Config, command: str, run_dir: Optional[Path]) -> tuple[Opti
 
     method = None
     if command == "check" or config.runtime.backend == "local" or uses_plugins(config):
-        from fedray.method import resolve
+        from fedray.resolve import resolve
 
         method = resolve(config)
     preflight.check_data(config)

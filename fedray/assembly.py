@@ -18,17 +18,17 @@ from typing import Any, Callable, Optional
 import numpy as np
 import torch
 
-from fedray.algorithms import ServerContext, Strategy
-from fedray.algorithms.helpers import initial_model
 from fedray.config import Config, ConfigError
 from fedray.data import DatasetBundle, label_counts, load_dataset, partition
 from fedray.data.auxiliary import aux_source, carve_aux, foreign_aux, split_negatives
 from fedray.data.shifts import adversary_ids, client_groups
 from fedray.executor import Executor, ExecutorFactory, LocalExecutor
-from fedray.method import Method, resolve
 from fedray.messages import ClientSpec, one_line
+from fedray.methods import ServerContext, Strategy
+from fedray.methods.helpers import initial_model
 from fedray.models import model_builder
 from fedray.pretrain import pretrained_weights
+from fedray.resolve import Method, resolve
 from fedray.training import cap_gpu_memory, resolve_device, set_torch_threads
 from fedray.weights import Weights
 

@@ -28,7 +28,7 @@ import numpy as np
 from fedray.weights import Weights, is_update
 
 if TYPE_CHECKING:
-    from fedray.algorithms.base import ClientAlgorithm, LocalUpdate
+    from fedray.methods.base import Client, LocalUpdate
     from fedray.config import DataConfig
     from fedray.messages import ClientTask
 
@@ -41,7 +41,7 @@ class Attack:
         ``seed``: the client's own, for noise that stays the same on every host and resume."""
         return x, y
 
-    def update(self, client: ClientAlgorithm, task: ClientTask, theta: Weights) -> Optional[LocalUpdate]:
+    def update(self, client: Client, task: ClientTask, theta: Weights) -> Optional[LocalUpdate]:
         """The round's local update in place of training, given the method's client half, the task
         (``task.seed`` for this round's randomness) and the downloaded model ``theta``: a
         ``Trained`` (or, where ``client.update_kind`` is ``Gradient``, a ``Gradient``). None: the
@@ -52,8 +52,8 @@ class Attack:
 class Byzantine(Attack):
     """Sends theta + xi, xi ~ N(0, I), instead of training (thesis section 6.7)."""
 
-    def update(self, client: ClientAlgorithm, task: ClientTask, theta: Weights) -> LocalUpdate:
-        from fedray.algorithms.base import Gradient, Trained
+    def update(self, client: Client, task: ClientTask, theta: Weights) -> LocalUpdate:
+        from fedray.methods.base import Gradient, Trained
 
         rng = np.random.default_rng(task.seed)
         metrics = {"loss": float("nan"), "steps": 0.0}

@@ -20,7 +20,7 @@ from fedray.config import Config
 from fedray.messages import RoundResult
 
 if TYPE_CHECKING:
-    from fedray.method import Method
+    from fedray.resolve import Method
     from fedray.observers import Observer
 
 

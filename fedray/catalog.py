@@ -1,7 +1,7 @@
 """What a user can look up without reading the code: the built-in methods (``fedray methods``) and
 the config's JSON Schema (``fedray schema``).
 
-:func:`methods` reads each method of ``fedray.algorithms.ALGORITHMS`` from the code itself: its
+:func:`methods` reads each method of ``fedray.methods.METHODS`` from the code itself: its
 ``description`` and ``paper`` (class attributes of its Strategy) and its parameters from its pydantic
 ``Params`` model, so the listing cannot drift from what ``resolve`` accepts. A nested model
 (``distill``) is listed key by key (``distill.lr``) with the method's own defaults.
@@ -100,11 +100,11 @@ def params_of(model: type[BaseModel], defaults: Optional[BaseModel] = None, pref
 def methods() -> list[dict[str, Any]]:
     """Every built-in method, sorted by name: name, description, paper and its parameters
     (:func:`params_of`)."""
-    from fedray.algorithms import ALGORITHMS
+    from fedray.methods import METHODS
 
     return [{"name": name, "description": strategy.description, "paper": strategy.paper,
              "params": params_of(strategy.Params)}
-            for name, strategy in sorted(ALGORITHMS.items())]
+            for name, strategy in sorted(METHODS.items())]
 
 
 def _wrap(text: str, first: str, indent: int) -> list[str]:
@@ -145,10 +145,10 @@ def _algorithm_schema(schema: dict[str, Any]) -> None:
     """Spell out ``algorithm`` in ``schema`` (Config's, in place): ``name`` is a built-in name or an
     import path, and a built-in name (or none: the default method) brings its method's parameters
     and no other keys."""
-    from fedray.algorithms import ALGORITHMS
+    from fedray.methods import METHODS
     from fedray.config import AlgorithmConfig
 
-    names, default = sorted(ALGORITHMS), AlgorithmConfig.model_fields["name"].default
+    names, default = sorted(METHODS), AlgorithmConfig.model_fields["name"].default
     algorithm = schema["$defs"]["AlgorithmConfig"]
     algorithm["properties"]["name"] = {
         "title": "Name", "default": default, "examples": names,
@@ -157,7 +157,7 @@ def _algorithm_schema(schema: dict[str, Any]) -> None:
     }
     rules = []
     for name in names:
-        params = ALGORITHMS[name].Params.model_json_schema(ref_template="#/$defs/{model}")
+        params = METHODS[name].Params.model_json_schema(ref_template="#/$defs/{model}")
         for model, definition in params.pop("$defs", {}).items():
             if schema["$defs"].setdefault(model, definition) != definition:
                 raise ValueError(f"two schemas named {model}: {name}'s parameters and another")

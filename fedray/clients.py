@@ -22,16 +22,16 @@ from typing import Any, Callable, Hashable, Iterator
 import numpy as np
 import torch
 
-from fedray.algorithms.base import ClientAlgorithm, LocalUpdate, VirtualClient, task_seed
 from fedray.attacks import make_attack
 from fedray.cohort import chunk_size, chunks, memory_budget
 from fedray.config import Config
 from fedray.data.shifts import apply_group
 from fedray.fold import Block, Sums, TreeStack, add_terms, finite, fold_groups
 from fedray.messages import ClientFailure, ClientSpec, ClientTask, ClientUpdate, one_line
-from fedray.method import Method
+from fedray.methods.base import Client, LocalUpdate, VirtualClient, task_seed
 from fedray.models import model_builder
 from fedray.plugins import load_attack
+from fedray.resolve import Method
 from fedray.round import Gathered, kind_problem
 from fedray.training import EvalPart, cap_gpu_memory, evaluate_part, gpu_memory_note, resolve_device, set_torch_threads
 from fedray.weights import Weights, all_finite, nbytes, set_weights
@@ -63,18 +63,18 @@ def failing_as(task: ClientTask, stage: str) -> Iterator[None]:
         raise ClientFailure(task.client_id, task.round, stage, one_line(err), traceback.format_exc()) from err
 
 
-def prepare_task(algorithm: ClientAlgorithm, task: ClientTask, downloads: tuple[Any, ...],
+def prepare_task(client_half: Client, task: ClientTask, downloads: tuple[Any, ...],
                  client: VirtualClient) -> ClientUpdate:
-    """One client's part of the method's one-time preparation (``ClientAlgorithm.prepare``, e.g.
+    """One client's part of the method's one-time preparation (``Client.prepare``, e.g.
     FedAUX's certainty scores), timed, with the upload's bytes counted."""
     start = time.perf_counter()
     with failing_as(task, "preparation"):
-        payload = algorithm.prepare(task, downloads, client)
+        payload = client_half.prepare(task, downloads, client)
     return ClientUpdate(task.client_id, task.arch, client.num_samples, payload, nbytes(payload),
                         {"time_s": time.perf_counter() - start})
 
 
-def run_task(algorithm: ClientAlgorithm, task: ClientTask, downloads: tuple[Any, ...],
+def run_task(client_half: Client, task: ClientTask, downloads: tuple[Any, ...],
              client: VirtualClient) -> ClientUpdate:
     """One client's round: the method's ``receive``, ``train`` (an adversary's attack may send an
     update of its own in its place: ``fedray.attacks``) and ``upload``, timed, with the upload's bytes counted. A failure becomes a
@@ -82,30 +82,30 @@ def run_task(algorithm: ClientAlgorithm, task: ClientTask, downloads: tuple[Any,
     start = time.perf_counter()
     client.scratch.clear()
     with failing_as(task, "download"):
-        theta = algorithm.receive(task, downloads, client)
+        theta = client_half.receive(task, downloads, client)
     with failing_as(task, "local training"):
-        local = client.attack.update(algorithm, task, theta) if client.attack is not None else None
+        local = client.attack.update(client_half, task, theta) if client.attack is not None else None
         if local is None:
-            local = algorithm.train(task, theta, client)
-    return finish_task(algorithm, task, theta, local, client, time.perf_counter() - start)
+            local = client_half.train(task, theta, client)
+    return finish_task(client_half, task, theta, local, client, time.perf_counter() - start)
 
 
-def finish_task(algorithm: ClientAlgorithm, task: ClientTask, theta: Weights, local: LocalUpdate,
+def finish_task(client_half: Client, task: ClientTask, theta: Weights, local: LocalUpdate,
                 client: VirtualClient, elapsed: float) -> ClientUpdate:
     """The method's ``upload`` of ``local`` and the update it makes; ``elapsed``: the client's time so far."""
     start = time.perf_counter()
     with failing_as(task, "upload"):
-        payload = algorithm.upload(task, theta, local, client)
+        payload = client_half.upload(task, theta, local, client)
     metrics = {**local.metrics, "time_s": elapsed + time.perf_counter() - start}
     return ClientUpdate(task.client_id, task.arch, client.num_samples, payload, nbytes(payload), metrics)
 
 
 class ClientHost:
-    """Hosts virtual clients and runs ``ClientAlgorithm.run`` for them.
+    """Hosts virtual clients and runs ``Client.run`` for them.
 
     Args:
         config: the run's config.
-        method: the resolved method (``fedray.method.resolve``), whose client half runs here.
+        method: the resolved method (``fedray.resolve.resolve``), whose client half runs here.
         specs: every client this host may serve (id, architecture, sample indices).
         train_x, train_y: the whole training set (shared and read-only: with Ray, zero-copy views
             of the object store).
@@ -130,7 +130,7 @@ class ClientHost:
         cap_gpu_memory(self.device, gpus)
         build = model_builder(config.federation.model_options, train_x.shape[1:], num_classes)
         aux = None if aux_x is None else torch.from_numpy(np.array(aux_x)).to(self.device)  # own, writable copy
-        self.algorithm = method.make_client(config, build, self.device, aux, initial_models)
+        self.client_half = method.make_client(config, build, self.device, aux, initial_models)
         self.kinds = method.client.collected(method.params)  # the statistics each client hands back
         self.config, self.num_classes, self.build = config, num_classes, build
         self.attack = make_attack(config.data, load_attack)  # what the adversaries among the clients do
@@ -145,7 +145,7 @@ class ClientHost:
         self.clients: dict[int, VirtualClient] = {}
         for cid in sorted(home_ids):
             client = self._materialise(self.specs[cid])
-            client.state = self.algorithm.init_state(client)
+            client.state = self.client_half.init_state(client)
             self.clients[cid] = client
 
     def _materialise(self, spec: ClientSpec) -> VirtualClient:
@@ -171,16 +171,16 @@ class ClientHost:
     def _client(self, task: ClientTask) -> VirtualClient:
         if task.client_id in self.clients:
             return self.clients[task.client_id]
-        if self.algorithm.stateful or task.client_id not in self.specs:
+        if self.client_half.stateful or task.client_id not in self.specs:
             raise ClientFailure(task.client_id, task.round, "dispatch", "client is not hosted here")
         visitor = self._materialise(self.specs[task.client_id])
-        visitor.state = self.algorithm.init_state(visitor)
+        visitor.state = self.client_half.init_state(visitor)
         return visitor
 
     def run(self, task: ClientTask, *downloads: Any) -> ClientUpdate:
         """Run one task; ``downloads`` are the broadcast entries named by ``task.payload_keys``."""
         with self._noting_gpu_memory():
-            return run_task(self.algorithm, task, downloads, self._client(task))
+            return run_task(self.client_half, task, downloads, self._client(task))
 
     def run_batch(self, tasks: list[ClientTask], keys: list[str], *payloads: Any) -> list[ClientUpdate]:
         """Run several tasks in one call, their whole uploads kept; ``payloads`` are the broadcast
@@ -195,7 +195,7 @@ class ClientHost:
     def collect_batch(self, tasks: list[ClientTask], units: list[Hashable] | Block | None, keys: list[str],
                       *payloads: Any) -> tuple[list[ClientUpdate], Any]:
         """A round's tasks: each finite upload becomes its client's statistics
-        (``ClientAlgorithm.statistics``, ``fedray.round``) in client-id order, and is dropped.
+        (``Client.statistics``, ``fedray.round``) in client-id order, and is dropped.
         ``units``: None to gather (each client's statistics come back, in client-id order), each
         task's fold unit (the sums of each unit come back), or a block of the fold tree (the tasks
         are that block's; its fold groups' sums are added in the tree, one sum comes back). Returns
@@ -218,10 +218,10 @@ class ClientHost:
             ok = finite(update)
             if ok:
                 with failing_as(task, "statistics"):
-                    statistics = self.algorithm.statistics(update, client)
+                    statistics = self.client_half.statistics(update, client)
                     problem = kind_problem(self.kinds, statistics)
                     if problem:
-                        raise ValueError(f"{type(self.algorithm).__name__}: {problem}")
+                        raise ValueError(f"{type(self.client_half).__name__}: {problem}")
                 ok = all_finite(statistics)  # a coded upload (STC's bitstream) shows its NaN only decoded
                 if ok and gather:
                     gathered.append((task.client_id, update.arch, statistics))
@@ -239,7 +239,7 @@ class ClientHost:
             for task, unit in zip(tasks, units):  # one upload alive at a time
                 client = self._client(task)
                 with self._noting_gpu_memory():
-                    update = run_task(self.algorithm, task, args[task.client_id], client)
+                    update = run_task(self.client_half, task, args[task.client_id], client)
                 collect(task, unit, update, client)
         if gather:
             return kept, gathered
@@ -253,7 +253,7 @@ class ClientHost:
         """The method's one-time preparation for several clients (``prepare_task``), as ``run_batch``."""
         args = self._downloads(tasks, keys, payloads)
         with self._noting_gpu_memory():
-            return [prepare_task(self.algorithm, task, args[task.client_id], self._client(task)) for task in tasks]
+            return [prepare_task(self.client_half, task, args[task.client_id], self._client(task)) for task in tasks]
 
     @staticmethod
     def _downloads(tasks: list[ClientTask], keys: list[str], payloads: tuple[Any, ...]) -> dict[int, tuple[Any, ...]]:
@@ -272,12 +272,12 @@ class ClientHost:
         for task in tasks:
             client = clients[task.client_id] = self._client(task)
             if client.spec.role != "benign" or not self.config.runtime.vectorizes(task.arch):
-                updates[task.client_id] = run_task(self.algorithm, task, args[task.client_id], client)
+                updates[task.client_id] = run_task(self.client_half, task, args[task.client_id], client)
                 continue
             start = time.perf_counter()
             client.scratch.clear()
             with failing_as(task, "download"):
-                theta = self.algorithm.receive(task, args[task.client_id], client)
+                theta = self.client_half.receive(task, args[task.client_id], client)
             ready.append((task, client, theta, time.perf_counter() - start))
         ready.sort(key=lambda r: (r[0].arch, -r[1].num_samples, r[0].client_id))
         for arch in dict.fromkeys(r[0].arch for r in ready):
@@ -287,11 +287,11 @@ class ClientHost:
                 ids = [task.client_id for task, *_ in chunk]
                 with failing_as(chunk[0][0], f"local training (as one cohort with clients {ids})"):
                     tasks_, clients_, thetas_ = ([r[k] for r in chunk] for k in range(3))
-                    trained = (self.algorithm.train_cohort(tasks_, thetas_, clients_) if len(chunk) > 1
-                               else [self.algorithm.train(tasks_[0], thetas_[0], clients_[0])])
+                    trained = (self.client_half.train_cohort(tasks_, thetas_, clients_) if len(chunk) > 1
+                               else [self.client_half.train(tasks_[0], thetas_[0], clients_[0])])
                 share = (time.perf_counter() - start) / len(chunk)
                 for (task, client, theta, elapsed), local in zip(chunk, trained):
-                    updates[task.client_id] = finish_task(self.algorithm, task, theta, local, client, elapsed + share)
+                    updates[task.client_id] = finish_task(self.client_half, task, theta, local, client, elapsed + share)
         return [(updates[task.client_id], clients[task.client_id]) for task in tasks]
 
     def _chunk_size(self, arch: str, client: VirtualClient) -> int:
@@ -306,7 +306,7 @@ class ClientHost:
         data = client.x.element_size() * client.x[0].numel() * client.num_samples
         if (arch, data) not in self._chunks:
             budget = memory_budget(self.device, self.gpus)
-            self._chunks[arch, data] = chunk_size(self.algorithm.model(arch), client.x[0], self.config.training,
+            self._chunks[arch, data] = chunk_size(self.client_half.model(arch), client.x[0], self.config.training,
                                                   budget, data)
         return self._chunks[arch, data]
 
@@ -336,7 +336,7 @@ class ClientHost:
         of a host that was lost for good (its node left) go on here."""
         for cid in sorted(client_ids):
             client = self._materialise(self.specs[cid])
-            client.state = self.algorithm.init_state(client)
+            client.state = self.client_half.init_state(client)
             self.clients[cid] = client
         self.load_client_states({cid: states[cid] for cid in client_ids if cid in states})
 

@@ -20,7 +20,7 @@ an upper bound that a real run could use (:class:`Cap`: its own, else ``MAX_INT`
 setting is one that float32, which torch computes in, can hold.
 
 This module is the schema only: it imports no registry. The algorithm section is open here;
-``fedray.method.resolve`` turns ``algorithm.name`` into a method and validates the remaining keys
+``fedray.resolve.resolve`` turns ``algorithm.name`` into a method and validates the remaining keys
 against that method's own ``Params`` (and checks data-set and model names), so a new method adds its
 hyperparameters without touching this file.
 """

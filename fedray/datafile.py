@@ -42,7 +42,9 @@ import numpy as np
 
 # the plain classes of fedray's state a checkpoint may hold: name -> (module, class name)
 CLASSES = {
-    "fedray.algorithms.helpers.CatchUpCache": ("fedray.algorithms.helpers", "CatchUpCache"),
+    "fedray.methods.helpers.CatchUpCache": ("fedray.methods.helpers", "CatchUpCache"),
+    # the name it had in checkpoints written before the package was ``fedray.methods``: read alike
+    "fedray.algorithms.helpers.CatchUpCache": ("fedray.methods.helpers", "CatchUpCache"),
     "fedray.compression.updates.CodedUpdate": ("fedray.compression.updates", "CodedUpdate"),
     "fedray.parameter_tree.TreeNode": ("fedray.parameter_tree", "TreeNode"),
 }
@@ -511,7 +513,8 @@ SAFE_GLOBALS: dict[tuple[str, str], Callable[[], Any]] = {
     ("_codecs", "encode"): lambda: _latin1_bytes,
     ("torch._utils", "_rebuild_tensor_v2"): lambda: _torch_rebuild("_rebuild_tensor_v2"),
     ("torch.storage", "_load_from_bytes"): lambda: _storage_from_bytes,
-    **{pair: (lambda pair=pair: getattr(importlib.import_module(pair[0]), pair[1])) for pair in CLASSES.values()},
+    **{tuple(tag.rsplit(".", 1)): (lambda pair=pair: getattr(importlib.import_module(pair[0]), pair[1]))
+       for tag, pair in CLASSES.items()},
 }
 
 

@@ -23,7 +23,7 @@ from fedray.weights import Weights
 
 if TYPE_CHECKING:
     from fedray.data import DatasetBundle
-    from fedray.method import Method
+    from fedray.resolve import Method
 
 
 class Executor(ABC):
@@ -32,11 +32,11 @@ class Executor(ABC):
     @abstractmethod
     def prepare(self, plan: RoundPlan) -> list[ClientUpdate]:
         """Run the method's one-time preparation (``Strategy.prepare``'s plan) on the clients
-        (``ClientAlgorithm.prepare``); the uploads in client order."""
+        (``Client.prepare``); the uploads in client order."""
 
     @abstractmethod
     def execute(self, plan: RoundPlan) -> Answers:
-        """Run a round's tasks (``ClientAlgorithm``'s receive, train, upload, statistics): the updates
+        """Run a round's tasks (``Client``'s receive, train, upload, statistics): the updates
         without their uploads, in client order, and the statistics as the run collects them
         (``fedray.round.collection``): the round's sums (added unit by unit in unit order), or each
         client's statistics in client order."""

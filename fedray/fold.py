@@ -3,7 +3,7 @@
 Most methods' server step needs the round's clients only through sums: FedAvg's sum_i c_i theta_i
 and sum_i c_i, SCAFFOLD's summed deltas, the averaged logits of a distillation teacher. For them
 (every statistic a ``Sum``, ``fedray.round``) no client update travels to the server: the host that
-ran a client turns its upload into *terms* (``ClientAlgorithm.statistics``: name -> (coefficient,
+ran a client turns its upload into *terms* (``Client.statistics``: name -> (coefficient,
 array or dict of arrays)) and folds them into running sums, one :class:`Sum` per architecture and
 name; the server adds the hosts' sums (:class:`Folder`) and the strategy's ``aggregate`` reads them. What
 travels per client is its :class:`fedray.messages.ClientUpdate` without the payload: the bytes it

@@ -2,8 +2,8 @@
 
 Where a config takes a built-in name it also takes ``package.module:Attribute``:
 
-- ``algorithm.name: my_pkg.methods:MyStrategy``: a :class:`fedray.algorithms.Strategy` subclass
-  with its ``Params`` and ``Client`` (``fedray.method.resolve``);
+- ``algorithm.name: my_pkg.methods:MyStrategy``: a :class:`fedray.methods.Strategy` subclass
+  with its ``Params`` and ``Client`` (``fedray.resolve.resolve``);
 - an architecture in ``federation.architectures``: ``my_pkg.nets:MyNet``, a ``FedModel`` or any
   ``torch.nn.Module`` class or function that takes ``num_classes`` (and ``input_shape`` when it
   asks for it), e.g. ``torchvision.models:resnet18`` (``fedray.models.wrap``);
@@ -102,19 +102,19 @@ def load_strategy(spec: str) -> type:
     """A user's method: a concrete Strategy subclass whose ``Params`` and ``Client`` are the right kinds."""
     from pydantic import BaseModel
 
-    from fedray.algorithms.base import ClientAlgorithm, Strategy
+    from fedray.methods.base import Client, Strategy
 
     key = "algorithm.name"
     obj = load(spec, key)
     if not (isinstance(obj, type) and issubclass(obj, Strategy)):
         raise ConfigError(f"bad config value {key} = {spec!r}: {_kind(obj)} is not a fedray Strategy subclass "
-                          f"(fedray.algorithms.Strategy)")
+                          f"(fedray.methods.Strategy)")
     if not (isinstance(obj.Params, type) and issubclass(obj.Params, BaseModel)):
         raise ConfigError(f"bad config value {key} = {spec!r}: its Params must be a pydantic model "
-                          f"(a subclass of fedray.algorithms.Params), not {_kind(obj.Params)}")
-    if not (isinstance(obj.Client, type) and issubclass(obj.Client, ClientAlgorithm)):
+                          f"(a subclass of fedray.methods.Params), not {_kind(obj.Params)}")
+    if not (isinstance(obj.Client, type) and issubclass(obj.Client, Client)):
         raise ConfigError(f"bad config value {key} = {spec!r}: its Client must be a subclass of "
-                          f"fedray.algorithms.ClientAlgorithm, not {_kind(obj.Client)}")
+                          f"fedray.methods.Client, not {_kind(obj.Client)}")
     problem = contract_problem(obj)
     if problem:
         raise ConfigError(f"bad config value {key} = {spec!r}: {problem} (docs/extending.md)")
@@ -127,11 +127,11 @@ def contract_problem(strategy: type) -> Optional[str]:
     no ``aggregate``; a client half that declares no statistics, or none of a name ``aggregate``
     reads; a hook overridden with other parameters than the hook's; a new method named like a hook
     (``agregate``). None when the method is sound. Only the user's classes are read (those outside fedray)."""
-    from fedray.algorithms.base import ClientAlgorithm, Strategy
+    from fedray.methods.base import Client, Strategy
 
-    for attr, fix in (("Params", "its parameters' pydantic model (a subclass of fedray.algorithms.Params; "
+    for attr, fix in (("Params", "its parameters' pydantic model (a subclass of fedray.methods.Params; "
                                  "Params = Params for none)"),
-                      ("Client", "its client half (Client = fedray.algorithms.ClientAlgorithm: plain local "
+                      ("Client", "its client half (Client = fedray.methods.Client: plain local "
                                  "training, the model uploaded)")):
         if _defining(strategy, attr) is Strategy:
             return f"{strategy.__name__} sets no {attr}: set {attr} to {fix}"
@@ -139,10 +139,10 @@ def contract_problem(strategy: type) -> Optional[str]:
     if _defining(strategy, "aggregate") is Strategy:
         return (f"{strategy.__name__} implements no aggregate(round), its server step: read the clients' statistics "
                 f"there (round.total, round.each, round.mean) into the server state")
-    if ClientAlgorithm in (_defining(client, "collected"), _defining(client, "statistics")):
+    if Client in (_defining(client, "collected"), _defining(client, "statistics")):
         return (f"its client half {client.__name__} declares no statistics: implement {client.__name__}.collected(params) "
                 f"(name -> Sum or Each) and {client.__name__}.statistics(update, client)")
-    return (_hooks_problem(strategy, Strategy) or _hooks_problem(client, ClientAlgorithm)
+    return (_hooks_problem(strategy, Strategy) or _hooks_problem(client, Client)
             or _reads_problem(strategy, client))
 
 

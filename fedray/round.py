@@ -1,8 +1,8 @@
 """A round as the server sees it, and the one contract between a client and the server.
 
 A client's answer to a round's task is its upload (which its host measures and checks) and, made
-from it on the host, its *statistics* (``ClientAlgorithm.statistics``): named values of two kinds,
-which the client half declares for its parameters (``ClientAlgorithm.collected``):
+from it on the host, its *statistics* (``Client.statistics``): named values of two kinds,
+which the client half declares for its parameters (``Client.collected``):
 
 - a ``Sum`` statistic is a term ``(c_i, x_i)``: the server reads sum_i c_i x_i (and sum_i c_i) per
   architecture, FedAvg's sum_i c_i theta_i, SCAFFOLD's summed deltas, a teacher's summed logits;
@@ -148,6 +148,6 @@ class Round:
 
     def mean_loss(self) -> dict[str, float]:
         """``train/loss``: the mean local training loss of the round's clients (adversaries report nan)."""
-        from fedray.algorithms.helpers import mean_client_loss
+        from fedray.methods.helpers import mean_client_loss
 
         return mean_client_loss(self.updates)

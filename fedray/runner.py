@@ -29,12 +29,12 @@ from typing import TYPE_CHECKING, Any, Callable, Optional, Sequence
 from tqdm.auto import tqdm  # a widget in a Jupyter notebook (text without ipywidgets), else text
 
 from fedray.backends import Stepper, backend
-from fedray.checkpoint import DIVERGED, CheckpointError, checkpoint_file, checkpoint_round
+from fedray.checkpoint import CheckpointError, DIVERGED, checkpoint_file, checkpoint_round
 from fedray.config import Config, ConfigError
 from fedray.messages import one_line
 
 if TYPE_CHECKING:
-    from fedray.method import Method
+    from fedray.resolve import Method
     from fedray.observers import Observer
 
 ERROR_LOG = "error.log"

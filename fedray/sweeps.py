@@ -240,7 +240,7 @@ def sweep(source: Union[str, os.PathLike, Mapping, Config], grid: Optional[Mappi
     from fedray import api, preflight
     from fedray.backends import sweeper
     from fedray.checkpoint import DIVERGED
-    from fedray.method import resolve
+    from fedray.resolve import resolve
 
     base = api.load_config(source, overrides)
     trials = plan(dict(grid or {}), seeds, hold, (base.seed, base.init_seed))

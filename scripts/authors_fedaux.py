@@ -116,7 +116,7 @@ def _mode_hp(config, method: str) -> dict:
     import repro_fedaux
 
     from fedray.config import load_config
-    from fedray.method import resolve
+    from fedray.resolve import resolve
 
     base, extra = VARIANTS.get(method, (method, []))
     params = resolve(load_config(repro_fedaux.CONFIG, repro_fedaux.METHODS[base][1] + extra)).params
@@ -149,8 +149,8 @@ def export(config, out: Path) -> dict:
     import repro_fedaux
     import torch
 
-    from fedray.algorithms.base import round_rng
-    from fedray.algorithms.helpers import initial_model
+    from fedray.methods.base import round_rng
+    from fedray.methods.helpers import initial_model
     from fedray.assembly import initial_models, load_data, make_clients
     from fedray.config import build_config, load_config
     from fedray.models import model_builder

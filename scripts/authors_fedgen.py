@@ -104,7 +104,7 @@ def export(config, out: Path) -> dict:
 
     import torch
 
-    from fedray.algorithms.base import round_rng
+    from fedray.methods.base import round_rng
     from fedray.assembly import load_data, make_clients
 
     data = load_data(config)

@@ -120,8 +120,8 @@ def export(config, out: Path) -> dict:
 
     import torch
 
-    from fedray.algorithms.base import round_rng
-    from fedray.algorithms.helpers import initial_model
+    from fedray.methods.base import round_rng
+    from fedray.methods.helpers import initial_model
     from fedray.assembly import load_data, make_clients
     from fedray.models import model_builder
 

@@ -140,7 +140,7 @@ def run_plain(config, device: str = "cpu") -> dict:
     import torch
     import torch.nn.functional as F
 
-    from fedray.algorithms.base import round_rng, task_seed
+    from fedray.methods.base import round_rng, task_seed
     from fedray.data import load_dataset, partition
     from fedray.models import create_model
 
@@ -235,7 +235,7 @@ def _floor_worker(conn, config) -> None:
     their count. ``None`` ends it."""
     import torch
 
-    from fedray.algorithms.base import task_seed
+    from fedray.methods.base import task_seed
     from fedray.models import create_model
 
     torch.set_num_threads(1)
@@ -294,7 +294,7 @@ def run_floor(config) -> dict:
     import torch
 
     torch.set_num_threads(cores(config))  # the final evaluation: on as many threads as fedray's hosts have
-    from fedray.algorithms.base import round_rng
+    from fedray.methods.base import round_rng
     from fedray.data import load_dataset, partition
     from fedray.models import create_model
 

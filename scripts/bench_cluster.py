@@ -51,7 +51,7 @@ def main() -> None:
     from ray.cluster_utils import Cluster
 
     from actors.driver import start_server
-    from fedray.method import resolve
+    from fedray.resolve import resolve
     from fedray.tracking import read_scalars
     from fedray.weights import nbytes
 

@@ -52,7 +52,7 @@ import repro_fedaux  # noqa: E402
 import repro_fedgen  # noqa: E402
 import repro_mrtf  # noqa: E402
 
-from fedray.config import RAY_RESOURCE_STEP, ConfigError  # noqa: E402
+from fedray.config import ConfigError  # noqa: E402, RAY_RESOURCE_STEP
 
 CONFIGS = ROOT / "configs" / "paper"
 SEEDS = (0, 1, 2, 3, 4)
@@ -166,7 +166,7 @@ def dry_run(paper: Paper, variants: dict[str, list[str]], args: argparse.Namespa
     """Print the paper's trials and check each variant's config (the schema, and the method and its
     parameters where the config names no code by import path); reads no data, starts nothing."""
     from fedray import api
-    from fedray.method import resolve
+    from fedray.resolve import resolve
     from fedray.plugins import uses_plugins
     from fedray.sweeps import plan
 

@@ -3,10 +3,10 @@
 It lives in a module of its own so that Ray's worker processes can import it by name.
 """
 
-from fedray.algorithms.base import ClientAlgorithm
-from fedray.algorithms.fedavg import FedAvg, FedAvgParams
-from fedray.algorithms.head_sharing import HeadSharingClient
-from fedray.method import Method
+from fedray.methods.base import Client
+from fedray.methods.fedavg import FedAvg, FedAvgParams
+from fedray.methods.head_sharing import HeadSharingClient
+from fedray.resolve import Method
 
 
 def shares(total: int, parts: int) -> float:
@@ -18,7 +18,7 @@ def scaled(weights, samples: int):
     return {name: value * per_sample for name, value in weights.items()}
 
 
-class FaultyClient(ClientAlgorithm):
+class FaultyClient(Client):
     def upload(self, task, theta, local, client):
         return scaled(local.weights, client.num_samples)
 

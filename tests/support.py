@@ -12,10 +12,10 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from fedray.algorithms import ServerContext, VirtualClient
 from fedray.messages import ClientSpec, RoundPlan
-from fedray.method import resolve
+from fedray.methods import ServerContext, VirtualClient
 from fedray.observers import Observer
+from fedray.resolve import resolve
 from fedray.round import Round, collection
 
 

@@ -9,10 +9,9 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from fedray.algorithms.helpers import initial_model
 from fedray.assembly import assemble, load_data
 from fedray.config import load_config
-
+from fedray.methods.helpers import initial_model
 from tests.support import script
 
 

@@ -11,11 +11,11 @@ import yaml
 from pydantic import BaseModel, Field
 from pydantic_core import to_jsonable_python
 
-from fedray.algorithms import ALGORITHMS
-from fedray.algorithms.fd import FDParams
 from fedray.catalog import IMPORT_PATH_PATTERN, WIDTH, config_schema, format_methods, methods, params_of, type_name
 from fedray.config import Config
 from fedray.distill.loop import DistillParams
+from fedray.methods import METHODS
+from fedray.methods.fd import FDParams
 
 CONFIGS = sorted((Path(__file__).resolve().parents[1] / "configs").glob("*.yaml"))
 
@@ -25,21 +25,21 @@ def by_name(rows):
 
 
 def test_every_method_has_its_own_description_and_paper():
-    for name, strategy in ALGORITHMS.items():
+    for name, strategy in METHODS.items():
         # set on the class itself: a variant (FedProx of FedAvg, CFD of FD, ...) must not inherit its base's
         assert "description" in vars(strategy) and "paper" in vars(strategy), name
         assert strategy.description.strip() and strategy.paper.strip(), name
         assert "\n" not in strategy.description + strategy.paper, name
         assert len(f"{name} — {strategy.description}") <= WIDTH, name
-    descriptions = [s.description for s in ALGORITHMS.values()]
+    descriptions = [s.description for s in METHODS.values()]
     assert len(set(descriptions)) == len(descriptions)
 
 
 def test_methods_reads_the_params():
     listing = methods()
-    assert [m["name"] for m in listing] == sorted(ALGORITHMS)
+    assert [m["name"] for m in listing] == sorted(METHODS)
     fedprox = by_name(listing)["fedprox"]
-    assert fedprox["description"] == ALGORITHMS["fedprox"].description
+    assert fedprox["description"] == METHODS["fedprox"].description
     assert by_name(fedprox["params"])["mu"] == {"name": "mu", "type": "float", "default": 0.01, "description": "",
                                                 "constraints": ">= 0"}
     assert by_name(fedprox["params"])["share"]["type"] == "Literal['all', 'head']"
@@ -69,7 +69,7 @@ def leaves(model: BaseModel, prefix=""):
 
 def test_every_default_is_what_params_gives():
     for method in methods():
-        expected = {name: to_jsonable_python(value) for name, value in leaves(ALGORITHMS[method["name"]].Params())}
+        expected = {name: to_jsonable_python(value) for name, value in leaves(METHODS[method["name"]].Params())}
         assert {p["name"]: p["default"] for p in method["params"]} == expected, method["name"]
 
 
@@ -90,7 +90,7 @@ def test_type_names_and_required_fields():
 
 def test_format_methods_lists_every_method_within_the_width():
     text = format_methods()
-    for name, strategy in ALGORITHMS.items():
+    for name, strategy in METHODS.items():
         assert f"{name} — {strategy.description}\n" in text
     assert "  no parameters" in text  # dsgd
     assert max(len(line) for line in text.splitlines()) <= WIDTH

@@ -7,7 +7,7 @@ import pickle
 import numpy as np
 import pytest
 
-from fedray.checkpoint import (CHECKPOINT, LEGACY_CHECKPOINT, MAGIC, CheckpointError, NotData, checkpoint_round,
+from fedray.checkpoint import (CHECKPOINT, CheckpointError, LEGACY_CHECKPOINT, MAGIC, NotData, checkpoint_round,
                                read_checkpoint, read_header, verify_checkpoint, write_checkpoint)
 from fedray.config import build_config
 
@@ -123,7 +123,7 @@ def format_two(path, state, config=None):
 def test_format_two_checkpoints_resume_through_the_allow_list_and_are_replaced(tmp_path):
     from collections import OrderedDict
 
-    from fedray.algorithms.helpers import CatchUpCache
+    from fedray.methods.helpers import CatchUpCache
     from fedray.compression.updates import CodedUpdate
 
     cache = CatchUpCache(["mlp"], 2)

@@ -17,11 +17,11 @@ import ray
 
 from actors.driver import connect
 from actors.placement import Node
-from fedray.cli import _parse, main
+from actors.preflight import check_placement
 from fedray.checkpoint import CHECKPOINT, read_checkpoint, write_checkpoint
+from fedray.cli import _parse, main
 from fedray.config import ConfigError, RuntimeConfig, build_config, load_config, save_config
 from fedray.data import load_dataset, train_size
-from actors.preflight import check_placement
 from fedray.tracking import read_scalars
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -168,8 +168,8 @@ def test_a_run_that_stopped_before_its_first_checkpoint_starts_again_on_resume_w
     """Its config is in its folder, and round 1 in its events, but no checkpoint: a plain resume is
     refused and changes nothing; ``--restart`` runs it from round 1 there, saying what it discards,
     and the stopped attempt's events are purged (TensorBoard shows each round once, the new values)."""
-    from fedray.algorithms import ALGORITHMS
-    from fedray.algorithms.fedavg import FedAvg
+    from fedray.methods import METHODS
+    from fedray.methods.fedavg import FedAvg
 
     class FailsOnce(FedAvg.Client):
         failed = False
@@ -180,7 +180,7 @@ def test_a_run_that_stopped_before_its_first_checkpoint_starts_again_on_resume_w
                 raise RuntimeError("a fault of the moment")
             return super().upload(task, theta, local, client)
 
-    monkeypatch.setitem(ALGORITHMS, "fails_once", type("FailsOnceStrategy", (FedAvg,), {"Client": FailsOnce}))
+    monkeypatch.setitem(METHODS, "fails_once", type("FailsOnceStrategy", (FedAvg,), {"Client": FailsOnce}))
     text = LOCAL.replace("rounds: 1", "rounds: 3") + "checkpoint_every: 10\nalgorithm: {name: fails_once}\n"
     run_dir, whole = tmp_path / "run", tmp_path / "whole"
     assert main(["run", str(config_file(tmp_path, text)), "--run-dir", str(run_dir), "--no-progress"]) == 1

@@ -6,13 +6,12 @@ import numpy as np
 import pytest
 import torch
 
-from fedray.algorithms.base import task_seed
-from fedray.algorithms.base import ClientAlgorithm
 from fedray.clients import ClientHost, client_major
 from fedray.config import build_config
-from fedray.method import resolve
 from fedray.messages import ClientFailure, ClientSpec, ClientTask
+from fedray.methods.base import Client, task_seed
 from fedray.models import create_model
+from fedray.resolve import resolve
 from fedray.training import cap_gpu_memory, combine_parts, evaluate, gpu_memory_note, set_torch_threads
 from fedray.weights import get_weights, set_weights
 
@@ -42,7 +41,7 @@ def test_visitor_of_a_stateless_method_trains_on_its_own_shard(host_and_task):
     update = host.run(task, weights)
     assert update.client_id == 1 and update.num_samples == 10
     assert 1 not in host.client_states()  # nothing of the visitor stays behind
-    config = host.algorithm.config
+    config = host.client_half.config
     home = ClientHost(config, resolve(config), list(host.specs.values()), host.train_x, host.train_y, 3, home=[1])
     again = home.run(task, weights)  # the same task on the client's home host: the same result
     for name in update.payload:
@@ -51,7 +50,7 @@ def test_visitor_of_a_stateless_method_trains_on_its_own_shard(host_and_task):
 
 def test_visitor_of_a_stateful_method_is_refused(host_and_task, monkeypatch):
     host, task, weights, _ = host_and_task
-    monkeypatch.setattr(host.algorithm, "stateful", True)  # this run's answer (ClientAlgorithm.keeps_state)
+    monkeypatch.setattr(host.client_half, "stateful", True)  # this run's answer (Client.keeps_state)
     with pytest.raises(ClientFailure, match="client 1 failed in round 1 during dispatch: client is not hosted here"):
         host.run(task, weights)
 
@@ -71,7 +70,7 @@ def test_client_major_layout_makes_each_shard_a_zero_copy_slice(host_and_task):
     np.testing.assert_array_equal(cx, x[[3, 7, 11, 0, 19]])
     np.testing.assert_array_equal(cy, y[[3, 7, 11, 0, 19]])
     cx.flags.writeable = False  # as Ray's object store hands it out
-    config = host.algorithm.config
+    config = host.client_half.config
     laid_out = ClientHost(config, resolve(config), specs, cx, cy, 3, spans=spans)
     shard = laid_out.clients[1].x
     assert shard.data_ptr() == cx[3:5].__array_interface__["data"][0]  # a view, not a copy

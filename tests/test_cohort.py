@@ -30,17 +30,17 @@ import pytest
 import torch
 
 from actors.dispatch import Dispatcher
-from fedray.algorithms import ALGORITHMS
-from fedray.algorithms.base import VirtualClient
+from fedray.assembly import assemble
 from fedray.cli import main
 from fedray.cohort import CHUNK_BUDGET_BYTES, CohortClient, chunk_size, chunks, memory_budget, shared_rows, train_cohort
 from fedray.config import ConfigError, TrainingConfig, build_config
 from fedray.data import load_dataset
-from fedray.method import resolve
-from fedray.assembly import assemble
 from fedray.federation import Federation
 from fedray.messages import ClientSpec, ClientTask
+from fedray.methods import METHODS
+from fedray.methods.base import VirtualClient
 from fedray.models import create_model
+from fedray.resolve import resolve
 from fedray.training import local_train
 from fedray.weights import get_weights, set_weights
 from tests.test_federation import digits as digits_config, run as run_rounds
@@ -160,10 +160,10 @@ def test_fedprox_proximal_term_is_the_same_in_a_cohort(digits):
 
 def test_methods_that_train_otherwise_say_why():
     plain = {"fedavg", "fedprox", "stc", "fd", "feddf", "fedbe", "cfl", "fedaux"}
-    assert all(ALGORITHMS[name].Client.cohort_refusal() is None for name in plain)
-    assert "FedMMDClient.train" in ALGORITHMS["fedmmd"].Client.cohort_refusal()
-    assert "ScaffoldClient.extra_loss" in ALGORITHMS["scaffold"].Client.cohort_refusal()
-    assert "DSGDClient.train" in ALGORITHMS["dsgd"].Client.cohort_refusal()
+    assert all(METHODS[name].Client.cohort_refusal() is None for name in plain)
+    assert "FedMMDClient.train" in METHODS["fedmmd"].Client.cohort_refusal()
+    assert "ScaffoldClient.extra_loss" in METHODS["scaffold"].Client.cohort_refusal()
+    assert "DSGDClient.train" in METHODS["dsgd"].Client.cohort_refusal()
 
 
 def test_check_names_a_method_that_cannot_vectorize(capsys, tmp_path):

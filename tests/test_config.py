@@ -6,8 +6,8 @@ import time
 import pytest
 
 from fedray.cli import main
-from fedray.config import MAX_VALUES, ConfigError, apply_overrides, build_config, load_config
-from fedray.method import resolve
+from fedray.config import ConfigError, MAX_VALUES, apply_overrides, build_config, load_config
+from fedray.resolve import resolve
 
 
 def write(tmp_path, text):
@@ -162,7 +162,7 @@ def test_an_empty_config_file_is_not_the_defaults(tmp_path):
 @pytest.mark.parametrize("override", ["training.lr=.inf", "training.momentum=.nan", "algorithm.mu=.inf"])
 def test_infinite_or_nan_settings_are_refused(override):
     """An infinite setting would train into NaN, and a saved config would write it as null."""
-    from fedray.method import resolve
+    from fedray.resolve import resolve
 
     with pytest.raises(ConfigError, match=r"bad config value (training.lr|training.momentum|algorithm.mu) = (inf|nan): "
                                           r"a float setting must be a finite number"):

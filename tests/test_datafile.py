@@ -12,9 +12,9 @@ import numpy as np
 import pytest
 import torch
 
-from fedray.algorithms.helpers import CatchUpCache
 from fedray.compression.updates import CodedUpdate
 from fedray.datafile import DataFileError, NotData, Refused, read_skeleton, read_tree, safe_unpickle, write_tree
+from fedray.methods.helpers import CatchUpCache
 from fedray.parameter_tree import TreeNode
 from tests.support import same
 
@@ -62,6 +62,10 @@ def test_every_kind_of_state_comes_back_exactly():
     cache.synced[4] = 3
     again = round_trip({"cache": cache})["cache"]
     assert type(again) is CatchUpCache and again.updates == cache.updates and again.synced == {4: 3}
+    # a checkpoint written while the methods' package was fedray.algorithms names the class so
+    data = written({"cache": cache})
+    old = data.replace(b'"fedray.methods.helpers.CatchUpCache"', b'"fedray.algorithms.helpers.CatchUpCache"')
+    assert old != data and type(read(old)["cache"]) is CatchUpCache and read(old)["cache"].synced == {4: 3}
 
 
 def test_shared_arrays_containers_and_cycles_stay_shared():
@@ -148,3 +152,6 @@ def test_the_unpickler_of_earlier_checkpoints_reads_what_they_hold():
     for protocol in (2, 4, 5):  # fedray wrote protocol 5; CIFAR's files are protocol 2
         back = safe_unpickle(io.BytesIO(pickle.dumps(state, protocol=protocol)))
         assert same(state, back), protocol
+    # the cache's module as checkpoints written while the methods' package was fedray.algorithms name it
+    old = pickle.dumps(state["cache"], protocol=2).replace(b"fedray.methods.helpers", b"fedray.algorithms.helpers")
+    assert b"fedray.algorithms.helpers" in old and type(safe_unpickle(io.BytesIO(old))) is CatchUpCache

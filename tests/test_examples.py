@@ -15,15 +15,15 @@ import numpy as np
 import pytest
 import torch
 
-from fedray.algorithms import ServerContext
-from fedray.algorithms.base import Trained, VirtualClient
 from fedray.assembly import assemble
 from fedray.cli import main as fedray_main
 from fedray.config import build_config
 from fedray.executor import LocalExecutor
 from fedray.federation import Federation
 from fedray.messages import ClientSpec, ClientTask, ClientUpdate
-from fedray.method import resolve
+from fedray.methods import ServerContext
+from fedray.methods.base import Trained, VirtualClient
+from fedray.resolve import resolve
 from tests.support import aggregate, client_half, collects
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -43,11 +43,11 @@ import numpy as np
 import pytest
 import torch
 
-from fedray.algorithms import signsgd
 from fedray.assembly import assemble
 from fedray.compression import sparse, updates
 from fedray.config import build_config
 from fedray.federation import Federation
+from fedray.methods import signsgd
 
 pytestmark = pytest.mark.skipif(not torch.__version__.startswith("2.13."), reason="recorded with torch 2.13.0")
 

@@ -15,8 +15,8 @@ ROOT = Path(__file__).resolve().parents[1]
 
 # what the Ray backend may use of the core: the seams a backend is built on
 SEAMS = {"fedray.assembly", "fedray.backends", "fedray.clients", "fedray.config", "fedray.executor", "fedray.fold",
-         "fedray.method", "fedray.federation", "fedray.messages", "fedray.observers", "fedray.parameter_tree",
-         "fedray.runner", "fedray.weights"}
+         "fedray.federation", "fedray.messages", "fedray.observers", "fedray.parameter_tree", "fedray.resolve",
+         "fedray.round", "fedray.runner", "fedray.weights"}
 HARNESS = ("fedray.repro",)  # the reproduction scripts' harness sits on top of the core
 
 
@@ -124,12 +124,12 @@ def test_the_checks_see_what_they_must():
     the circle check finds a circle: each check would fail on a violation."""
     known = modules()
     found = {t for t, _, _ in imports("fedray.api", ROOT / "fedray" / "api.py", known)}
-    assert {"fedray.method", "fedray.tracking", "fedray.rundir"} <= found  # imported inside functions
+    assert {"fedray.resolve", "fedray.tracking", "fedray.rundir"} <= found  # imported inside functions
     server = {t: runs for t, _, runs in imports("actors.server", ROOT / "actors" / "server.py", known)}
     assert server["fedray.federation"] and "actors.executor" in server  # a runtime import beside a typing one
-    probe = ROOT / "fedray" / "algorithms" / "probe.py"  # read from text, not written
+    probe = ROOT / "fedray" / "methods" / "probe.py"  # read from text, not written
     source = "def f():\n    from . import base\n    from .helpers import x\nimport ray.util\n"
-    assert [(t, runs) for t, _, runs in imports("fedray.algorithms.probe", probe, known, source)] == \
-        [("ray.util", True), ("fedray.algorithms.base", True), ("fedray.algorithms.helpers", True)]
+    assert [(t, runs) for t, _, runs in imports("fedray.methods.probe", probe, known, source)] == \
+        [("ray.util", True), ("fedray.methods.base", True), ("fedray.methods.helpers", True)]
     assert circles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
     assert circles({"a": {"b"}, "b": set()}) == []

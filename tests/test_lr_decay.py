@@ -8,8 +8,8 @@ import pytest
 
 from fedray.checkpoint import CHECKPOINT, read_checkpoint
 from fedray.config import ConfigError, build_config
-from fedray.method import resolve
 from fedray.observers import Observer
+from fedray.resolve import resolve
 from fedray.runner import run_experiment
 from tests.test_cohort import SGD, assert_same, client_half, digits  # noqa: F401 (a fixture)
 from tests.test_runner import local_config

@@ -11,8 +11,8 @@ from fedray.checkpoint import CHECKPOINT, read_checkpoint
 from fedray.config import ConfigError, TrainingConfig, build_config
 from fedray.datafile import read_file, write_file
 from fedray.federation import Federation
-from fedray.method import resolve
 from fedray.models import create_model
+from fedray.resolve import resolve
 from fedray.training import local_train, make_optimizer, optimizer_state
 from fedray.weights import get_weights, set_weights
 from tests.test_federation import digits as digits_config, run

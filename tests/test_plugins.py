@@ -15,11 +15,11 @@ from torch import nn
 
 from fedray.config import ConfigError, build_config
 from fedray.data import load_dataset, train_size
-from fedray.method import resolve
 from fedray.models import create_model
 from fedray.models.wrap import WrappedModel
 from fedray.plugins import load, plugin_paths, uses_plugins
 from fedray.preflight import check_models
+from fedray.resolve import resolve
 from fedray.runner import run_experiment
 from tests.support import uploads
 
@@ -28,10 +28,10 @@ import numpy as np
 import torch
 from torch import nn
 
-from fedray.algorithms import ClientAlgorithm, Each, Params, Strategy, Sum
-from fedray.algorithms.base import Trained
-from fedray.algorithms.fedavg import FedAvg, FedAvgParams
-from fedray.algorithms.head_sharing import HeadSharingClient
+from fedray.methods import Client, Each, Params, Strategy, Sum
+from fedray.methods.base import Trained
+from fedray.methods.fedavg import FedAvg, FedAvgParams
+from fedray.methods.head_sharing import HeadSharingClient
 from fedray.attacks import Attack, Byzantine
 from fedray.observers import Observer
 
@@ -146,7 +146,7 @@ class Bare(Strategy):  # no Params, no Client
 
 
 class NoStatistics(Strategy):  # a client half that declares nothing to read
-    Params, Client = Params, ClientAlgorithm
+    Params, Client = Params, Client
 
     def aggregate(self, round):
         return {}
@@ -244,9 +244,9 @@ def test_a_bad_import_path_is_one_line_naming_the_key(pkg, spec, says):
     ("algorithm", {"name": "{pkg}.things:TwoArguments"}, "TwoArguments.aggregate(self, round, updates) does not match the hook Strategy.aggregate(self, round): give it the hook's parameters"),
     ("algorithm", {"name": "{pkg}.things:Misspelt"}, "Misspelt.agregate is not a hook of Strategy; did you mean aggregate?"),
     ("algorithm", {"name": "{pkg}.things:Bare"}, "Bare sets no Params: set Params to its parameters' pydantic model"),
-    ("algorithm", {"name": "{pkg}.things:NoStatistics"}, "its client half ClientAlgorithm declares no statistics: implement ClientAlgorithm.collected(params)"),
+    ("algorithm", {"name": "{pkg}.things:NoStatistics"}, "its client half Client declares no statistics: implement Client.collected(params)"),
     ("algorithm", {"name": "{pkg}.things:ReadsAMisspeltStatistic"}, "ReadsAMisspeltStatistic.aggregate reads the statistic 'modle', which HeadSharingClient.collected never names"),
-    ("algorithm", {"name": "{pkg}.things:WithShortUpload"}, "ShortUpload.upload(self, task, theta, local) does not match the hook ClientAlgorithm.upload(self, task, theta, local, client)"),
+    ("algorithm", {"name": "{pkg}.things:WithShortUpload"}, "ShortUpload.upload(self, task, theta, local) does not match the hook Client.upload(self, task, theta, local, client)"),
     ("data", {"adversaries": "{pkg}.things:Rounds"}, "data.adversaries = '{pkg}.things:Rounds': class {pkg}.things.Rounds is not a subclass of fedray.attacks.Attack"),
     ("data", {"adversaries": "{pkg}.things:Reversed", "adversary_options": {"scael": 2}}, "data.adversary_options: {pkg}.things:Reversed refused them (TypeError"),
     ("data", {"adversaries": "noisy", "adversary_options": {"scale": 2}}, "they are for an attack of your own (package.module:Class); noisy takes none"),
@@ -274,10 +274,10 @@ def test_statistics_other_than_the_declared_ones_fail_the_round_in_one_line(pkg,
 
 
 def test_every_built_in_method_keeps_the_contract_the_check_asks_of_a_users():
-    from fedray.algorithms import ALGORITHMS
+    from fedray.methods import METHODS
     from fedray.plugins import contract_problem
 
-    assert {name: contract_problem(s) for name, s in ALGORITHMS.items()} == {name: None for name in ALGORITHMS}
+    assert {name: contract_problem(s) for name, s in METHODS.items()} == {name: None for name in METHODS}
 
 
 def test_models_of_the_wrong_kind_are_refused_before_the_run(pkg, tmp_path):

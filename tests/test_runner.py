@@ -9,10 +9,10 @@ from pathlib import Path
 import pytest
 
 import tests.faulty_method as faulty
-from fedray.algorithms import ALGORITHMS
+from fedray.checkpoint import CHECKPOINT, checkpoint_round, read_checkpoint
 from fedray.cli import main
 from fedray.config import build_config
-from fedray.checkpoint import CHECKPOINT, checkpoint_round, read_checkpoint
+from fedray.methods import METHODS
 from fedray.runner import ERROR_LOG, RunFailed, run_experiment
 from fedray.tracking import read_scalars
 from tests.support import ClientCounter
@@ -58,7 +58,7 @@ def test_the_cli_prints_one_line_and_keeps_the_checkpoint(tmp_path, capsys, monk
         calls["n"] += 1
         return local.weights if task.round == 1 else honest(self, task, theta, local, client)
 
-    monkeypatch.setitem(ALGORITHMS, "faulty", faulty.Faulty)
+    monkeypatch.setitem(METHODS, "faulty", faulty.Faulty)
     monkeypatch.setattr(faulty.FaultyClient, "upload", fail_in_round_two)
     config = tmp_path / "c.yaml"
     config.write_text("name: rt\ncheckpoint_every: 1\ndata: {dataset: digits}\nalgorithm: {name: faulty}\n"
@@ -111,7 +111,7 @@ def test_a_users_observer_sees_every_round_logs_its_metric_and_keeps_its_state_a
 
 def test_the_config_schema_imports_no_registry():
     code = ("import sys, fedray.config\n"
-            "print(sorted(m for m in sys.modules if m.startswith(('fedray.algorithms', 'fedray.models', "
+            "print(sorted(m for m in sys.modules if m.startswith(('fedray.methods', 'fedray.models', "
             "'fedray.data'))))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=120)
     assert out.returncode == 0 and out.stdout.strip() == "[]", out.stdout + out.stderr

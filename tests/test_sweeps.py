@@ -3,9 +3,9 @@ the CLI's grid and seed arguments."""
 
 import pytest
 
+from actors.sweep import trial_bundles
 from fedray.cli import _grid, _seeds
 from fedray.config import ConfigError, build_config
-from actors.sweep import trial_bundles
 from fedray.sweeps import plan, seed_overrides
 
 
@@ -74,7 +74,7 @@ def test_init_seed_sets_the_initial_model_and_seed_the_sampling():
     other clients; without init_seed the initial model follows the seed."""
     import torch
 
-    from fedray.algorithms.base import round_rng
+    from fedray.methods.base import round_rng
     from fedray.assembly import assemble
 
     def start(**seeds):

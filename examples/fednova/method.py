@@ -27,9 +27,9 @@ Local solvers (``training``):
 With equal ||a_i||_1 = tau for every client, tau_eff = tau and x^{t+1} = sum_i p_i x_i^{t,tau}:
 FedAvg weighted by n_i. The step needs the round's clients only through sum_i p_i d_i and
 sum_i p_i ||a_i||_1, so its clients' statistics are sums (:meth:`FedNovaClient.statistics`): each
-client's host adds its terms to running sums and no client's update travels to the server on its own. Buffers (BatchNorm's running
-statistics and counter) are not trained by gradients: they are averaged with the weights p_i, as
-FedAvg averages them.
+client's host adds its terms to running sums and no client's update travels to the server on its
+own. Buffers (BatchNorm's running statistics and counter) are not trained by gradients: they are
+averaged with the weights p_i, as FedAvg averages them.
 """
 
 from __future__ import annotations
@@ -38,7 +38,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from fedray.algorithms import ClientAlgorithm, Params, Round, Strategy, Sum, Weights
+from fedray.methods import Client, Params, Round, Strategy, Sum, Weights
 
 
 class FedNovaParams(Params):
@@ -64,7 +64,7 @@ def a_norm(steps: int, momentum: float) -> float:
     return (steps - rho * (1 - rho ** steps) / (1 - rho)) / (1 - rho)
 
 
-class FedNovaClient(ClientAlgorithm):
+class FedNovaClient(Client):
     """Trains as FedAvg's client does (the default ``receive`` and ``train``); uploads d_i and ||a_i||_1."""
 
     @classmethod

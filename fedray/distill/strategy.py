@@ -14,11 +14,11 @@ from typing import Any, Optional, Sequence
 import numpy as np
 import torch
 
-from fedray.algorithms.base import Params, ServerContext, Strategy, task_seed
 from fedray.config import Config
 from fedray.distill.ensemble import predict_logits
 from fedray.distill.loop import DistillParams, distill
 from fedray.fold import Sums
+from fedray.methods.base import Params, ServerContext, Strategy, task_seed
 from fedray.training import evaluate, make_optimizer, optimizer_state
 from fedray.weights import Weights, get_weights, set_weights
 
@@ -29,7 +29,7 @@ class DistillationStrategy(Strategy):
     @classmethod
     def config_problem(cls, config: Config, params: Params) -> Optional[str]:
         if config.aux.size == 0:
-            return (f"bad config value aux.size = 0: algorithm {cls.name} distils on unlabelled auxiliary data; "
+            return (f"bad config value aux.size = 0: method {cls.name} distils on unlabelled auxiliary data; "
                     f"set aux.size (e.g. aux.size=5000)")
         return None
 

@@ -4,16 +4,16 @@ import numpy as np
 import pytest
 import torch
 
-from fedray.algorithms.base import task_seed
+from fedray.assembly import make_clients
+from fedray.attacks import ATTACKS, Noisy
 from fedray.clients import ClientHost
 from fedray.config import build_config
 from fedray.data.bundle import DatasetBundle
-from fedray.attacks import ATTACKS, Noisy
 from fedray.data.shifts import adversary_ids, apply_group, client_groups, label_map
-from fedray.method import resolve
-from fedray.assembly import make_clients
 from fedray.messages import ClientTask
+from fedray.methods.base import task_seed
 from fedray.models import create_model
+from fedray.resolve import resolve
 from fedray.weights import get_weights
 
 
@@ -124,7 +124,7 @@ def test_a_byzantine_dsgd_client_sends_a_standard_normal_gradient(grouped):
         np.testing.assert_array_equal(update.payload.grad[name], rng.standard_normal(w.shape).astype(w.dtype))
     honest_task = ClientTask(good.client_id, 1, "logreg", ("model/logreg",), task.seed)
     honest = host.run(honest_task, weights)  # a benign client's upload is its real mini-batch gradient
-    computed = host.algorithm.train(honest_task, weights, host.clients[good.client_id])
+    computed = host.client_half.train(honest_task, weights, host.clients[good.client_id])
     for name in weights:
         np.testing.assert_array_equal(honest.payload.grad[name], computed.grad[name])
     assert not np.isnan(honest.metrics["loss"]) and np.isnan(update.metrics["loss"])

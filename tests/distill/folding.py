@@ -1,5 +1,5 @@
 """What the distillation methods' folding tests share: one round's uploads turned into terms by their
-host (``ClientAlgorithm.statistics``), folded in some split into fold units (``fedray.fold``),
+host (``Client.statistics``), folded in some split into fold units (``fedray.fold``),
 and the bound that float64 summation puts between two splits."""
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ def a_round(fed):
     """The next round's whole uploads (the local host's ``run_batch``: nothing summed yet), with each
     client's terms as its host makes them: {client id: (arch, terms)}."""
     updates, host = uploads(fed, fed.strategy.configure_round(fed.round + 1)), fed.executor.host
-    terms = {u.client_id: (u.arch, host.algorithm.statistics(u, host.clients[u.client_id])) for u in updates}
+    terms = {u.client_id: (u.arch, host.client_half.statistics(u, host.clients[u.client_id])) for u in updates}
     return updates, terms
 
 

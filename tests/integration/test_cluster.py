@@ -15,7 +15,7 @@ from fedray.assembly import assemble
 from fedray.checkpoint import CHECKPOINT, read_checkpoint
 from fedray.executor import LocalExecutor
 from fedray.federation import Federation
-from fedray.method import resolve
+from fedray.resolve import resolve
 from fedray.tracking import read_scalars
 from tests.integration.conftest import small_config
 

@@ -6,8 +6,8 @@ import ray
 
 from actors.driver import start_server
 from fedray.distill.generator import Generator
-from fedray.method import resolve
 from fedray.models import create_model
+from fedray.resolve import resolve
 from fedray.tracking import read_scalars
 from fedray.weights import get_weights, nbytes
 from tests.integration.conftest import small_config

@@ -109,7 +109,7 @@ def test_the_driver_runs_without_torch_and_refuses_a_bad_method(tmp_path):
 
     bad = fedray("algorithm.name=nope", "runtime.actor_output=true", "--run-dir", str(tmp_path / "bad"))
     assert bad.returncode == 2
-    assert bad.stderr.strip().startswith("fedray: error: bad config value algorithm.name = 'nope': valid algorithms "
+    assert bad.stderr.strip().startswith("fedray: error: bad config value algorithm.name = 'nope': valid methods "
                                          "are central, cfd,") and "\n" not in bad.stderr.strip()
     assert not (tmp_path / "bad").exists()
     assert started(bad) == {"gcs_server", "raylet", "log_monitor"}

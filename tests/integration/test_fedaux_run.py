@@ -9,7 +9,7 @@ import ray
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 from actors.driver import start_server
-from fedray.method import resolve
+from fedray.resolve import resolve
 from fedray.tracking import read_scalars
 from tests.integration.conftest import small_config
 

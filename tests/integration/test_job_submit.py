@@ -280,7 +280,7 @@ USER_CODE = """
 import numpy as np
 from torch import nn
 
-from fedray.algorithms.fedavg import FedAvg
+from fedray.methods.fedavg import FedAvg
 
 
 class Avg(FedAvg):
