@@ -171,7 +171,7 @@ class ClientHost:
     def _client(self, task: ClientTask) -> VirtualClient:
         if task.client_id in self.clients:
             return self.clients[task.client_id]
-        if self.client_half.stateful or task.client_id not in self.specs:
+        if self.client_half.at_home or task.client_id not in self.specs:
             raise ClientFailure(task.client_id, task.round, "dispatch", "client is not hosted here")
         visitor = self._materialise(self.specs[task.client_id])
         visitor.state = self.client_half.init_state(visitor)

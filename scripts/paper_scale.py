@@ -52,7 +52,7 @@ import repro_fedaux  # noqa: E402
 import repro_fedgen  # noqa: E402
 import repro_mrtf  # noqa: E402
 
-from fedray.config import ConfigError  # noqa: E402, RAY_RESOURCE_STEP
+from fedray.config import RAY_RESOURCE_STEP, ConfigError  # noqa: E402
 
 CONFIGS = ROOT / "configs" / "paper"
 SEEDS = (0, 1, 2, 3, 4)

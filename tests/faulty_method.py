@@ -3,7 +3,6 @@
 It lives in a module of its own so that Ray's worker processes can import it by name.
 """
 
-from fedray.methods.base import Client
 from fedray.methods.fedavg import FedAvg, FedAvgParams
 from fedray.methods.head_sharing import HeadSharingClient
 from fedray.resolve import Method
@@ -18,7 +17,7 @@ def scaled(weights, samples: int):
     return {name: value * per_sample for name, value in weights.items()}
 
 
-class FaultyClient(Client):
+class FaultyClient(HeadSharingClient):  # FedAvg's client, whose upload fails
     def upload(self, task, theta, local, client):
         return scaled(local.weights, client.num_samples)
 
@@ -37,8 +36,8 @@ POISONED_FROM = 1
 
 
 class NanClient(HeadSharingClient):
-    """FedAvg's client, except that clients ``POISONED`` upload NaN in every tensor. Its host folds
-    the others' uploads (``fedray.fold``) and flags these; ``runtime.fold: false`` sends them all."""
+    """FedAvg's client, except that clients ``POISONED`` upload NaN in every tensor. Its host sums
+    the others' statistics (``fedray.fold``) and flags these; ``runtime.fold: false`` gathers them all."""
 
     def upload(self, task, theta, local, client):
         if client.client_id in POISONED and task.round >= POISONED_FROM:

@@ -50,7 +50,7 @@ def test_visitor_of_a_stateless_method_trains_on_its_own_shard(host_and_task):
 
 def test_visitor_of_a_stateful_method_is_refused(host_and_task, monkeypatch):
     host, task, weights, _ = host_and_task
-    monkeypatch.setattr(host.client_half, "stateful", True)  # this run's answer (Client.keeps_state)
+    monkeypatch.setattr(host.client_half, "at_home", True)  # this run's answer (Method.keeps_state)
     with pytest.raises(ClientFailure, match="client 1 failed in round 1 during dispatch: client is not hosted here"):
         host.run(task, weights)
 

@@ -165,7 +165,9 @@ class Client:
         self._models: dict[str, torch.nn.Module] = {}
         self._initial = initial_models or {}
         # this run's answer to the class's default (``Method.keeps_state``)
-        self.stateful = self.keeps_state(params) or config.training.optimizer_state == "keep"  # type: ignore[misc]
+        # whether this run's clients stay on their home hosts: they keep state with these parameters, or
+        # each keeps its optimiser (``Method.keeps_state``); the class's ``stateful`` is the default
+        self.at_home = self.keeps_state(params) or config.training.optimizer_state == "keep"
 
     def initial(self, arch: str) -> Weights:
         """theta^0 of ``arch``, as the server has it (pre-trained features, if any); do not change it."""

@@ -38,7 +38,7 @@ def test_clients_keep_state_when_they_keep_their_feature_extractor(algorithm, st
     config = config_of(**algorithm)
     method = resolve(config)
     assert method.stateful is stateful
-    assert method.make_client(config, build, torch.device("cpu")).stateful is stateful
+    assert method.make_client(config, build, torch.device("cpu")).at_home is stateful
 
 
 def test_a_client_trains_the_broadcast_head_on_its_own_body_and_sends_only_the_head():
