@@ -31,9 +31,11 @@ import argparse
 import importlib
 import json
 import os
+import re
 import subprocess
 import sys
 import time
+from typing import Iterable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -150,14 +152,31 @@ def rows(paper, checkout_info: tuple[str, bool], fedray: dict, authors: dict) ->
                 "authors_s": sum(authors[method, scene, s]["wall_s"] for s in seeds),
                 "setup": {name: ours for name, ours, _ in setup_rows(config, {})},
                 "cpu": cpu_model()})
-            out[-1]["cause"] = cause_of(out[-1])
+    for row in out:  # where the code's rules were run in the same call, their rows are here to read
+        row["cause"] = cause_of(row, out)
     return out
 
 
-def cause_of(row: dict) -> str:
-    """A row's cause: CAUSES' for its paper and method where the two sides differ, empty where they agree."""
-    agrees = agreement({**row, "cause": ""}) == "agrees"
-    return "" if agrees else CAUSES.get((row["paper"], row["method"]), "")
+def cause_of(row: dict, rows: Iterable[dict] = ()) -> str:
+    """A row's cause: CAUSES' for its paper and method where the two sides differ, empty where they
+    agree. A cause that says fedray agrees with the code under the code's rules names those rules'
+    methods (``mrtf_code``): it is given only in a scene where each of those rows (among ``rows``)
+    agrees; elsewhere the row stays open."""
+    if agreement({**row, "cause": ""}) == "agrees":
+        return ""
+    cause = CAUSES.get((row["paper"], row["method"]), "")
+    same = {r["method"]: r for r in rows if (r["paper"], r["scene"]) == (row["paper"], row["scene"])}
+    named = re.findall(r"\b\w+_code\w*\b", cause)
+    if any(m not in same or agreement({**same[m], "cause": ""}) != "agrees" for m in named):
+        return ""
+    return cause
+
+
+def with_causes(saved: dict) -> dict:
+    """Every saved row's ``cause`` set from CAUSES (:func:`cause_of`, read against all the rows)."""
+    for row in saved.values():
+        row["cause"] = cause_of(row, saved.values())
+    return saved
 
 
 TARGET = 1.0  # points: a difference within this, with an interval that holds 0, is agreement
@@ -206,7 +225,11 @@ def page(rows: list[dict]) -> str:
     verdicts = [agreement(r) for r in rows]
     lines += [f"**{verdicts.count('agrees')} of {len(rows)} rows agree; "
               f"{sum(v.startswith('differs') for v in verdicts)} differ with a cause written down; "
-              f"{sum(v.startswith('open') for v in verdicts)} differ with no cause found.**", ""]
+              f"{sum(v.startswith('open') for v in verdicts)} differ with no cause found.**", "",
+              f"Each interval is at 95% on its own, not corrected for the {len(rows)} rows: where both sides compute "
+              f"the same thing, about {round(0.05 * len(rows))} intervals would still exclude 0 by chance, so a lone "
+              "row whose interval only just misses 0 is weak evidence of a difference; a row with an open interval "
+              "but a mean more than 1 point away needs more seeds to tell.", ""]
     for paper in dict.fromkeys(r["paper"] for r in rows):
         adapter = importlib.import_module(f"authors_{paper.lower()}")
         scenes = list(dict.fromkeys(r["scene"] for r in rows if r["paper"] == paper))
@@ -289,9 +312,7 @@ def causes(path: Path) -> None:
     """``authors.py causes [JSON]``: each saved row's ``cause`` set from CAUSES, once a cause is
     written down there (the runs stay as they are)."""
     store = Store(path, key=lambda r: (r["paper"], r["method"], r["scene"]), field=None)
-    saved = store.load()
-    for row in saved.values():
-        row["cause"] = cause_of(row)
+    saved = with_causes(store.load())
     store.save(saved)
     print(f"{path}: {sum(bool(r['cause']) for r in saved.values())} of {len(saved)} rows with a cause")
 
@@ -323,7 +344,7 @@ def main() -> None:
     saved = store.load()
     new = rows(paper, info, fedray, authors)
     saved.update({store.key(r): r for r in new})
-    store.save(saved)
+    store.save(with_causes(saved))
     for r in new:
         lo, hi = r["diff_ci"]
         print(f"{r['method']:16s} {r['scene']:10s} fedray {sum(r['fedray']) / len(r['fedray']):6.2f}  authors "

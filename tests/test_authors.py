@@ -97,6 +97,7 @@ def test_the_page_counts_the_verdicts_and_names_the_settings_that_differ_by_meth
              "setup": {"rounds": "100", "local training": "20 steps, generator 2 steps"}}]
     text = authors.page(rows)
     assert "**1 of 2 rows agree; 0 differ with a cause written down; 1 differ with no cause found.**" in text
+    assert "not corrected for the 2 rows: where both sides compute the same thing, about 0 intervals" in text
     assert "| rounds | 100 |" in text  # one value for every method: said once
     assert "| local training | 20 steps (fedavg); 20 steps, generator 2 steps (fedgen) |" in text
     assert "| fedgen | FedGen | alpha 0.1 | 2 | 81.00 | 80.25 | +3.00 [+2.00, +4.00] | open: no cause found yet | 2.0 / 3.0 |" in text
@@ -137,10 +138,14 @@ def test_causes_rewrites_the_saved_rows_causes_from_causes(tmp_path):
     authors = script("authors")
     path = tmp_path / "authors.json"
     rows = [{"paper": "MrTF", "method": m, "scene": s, "cause": "stale", "diff_mean": d, "diff_ci": [d - 0.5, d + 0.5]}
-            for m, s, d in (("mrtf", "alpha 1", -3.0), ("mrtf_code", "alpha 1", -3.0), ("mrtf", "C-bar 5", 0.2))]
+            for m, s, d in (("mrtf", "alpha 1", -3.0), ("mrtf_code", "alpha 1", 0.1), ("mrtf", "C-bar 5", 0.2),
+                            ("mrtf", "alpha 0.1", -9.0), ("mrtf_code", "alpha 0.1", -3.0), ("mrtf", "C-bar 3", -8.0))]
     path.write_text(json.dumps(rows))
     authors.causes(path)
     saved = {(r["method"], r["scene"]): r for r in json.loads(path.read_text())}
+    # the cause says that under the code's rules (mrtf_code) fedray agrees: where that row agrees
     assert saved["mrtf", "alpha 1"]["cause"] == authors.CAUSES["MrTF", "mrtf"]
-    assert saved["mrtf_code", "alpha 1"]["cause"] == ""  # no cause written down: the row stays open
-    assert saved["mrtf", "C-bar 5"]["cause"] == ""  # the two agree there: no cause
+    assert saved["mrtf_code", "alpha 1"]["cause"] == "" and saved["mrtf", "C-bar 5"]["cause"] == ""  # they agree
+    # where mrtf_code differs too, or was not run, the cause would say more than the rows: the row stays open
+    assert saved["mrtf", "alpha 0.1"]["cause"] == "" and saved["mrtf", "C-bar 3"]["cause"] == ""
+    assert saved["mrtf_code", "alpha 0.1"]["cause"] == ""  # no cause written down for it
