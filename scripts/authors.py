@@ -58,7 +58,19 @@ CAUSES: dict[tuple[str, str], str] = {
     ("FedAUX", "fedaux"): "the paper's rules against the code's: fedray's fedaux fits the certainty scorer under the "
                           "paper's J with lambda / N (eq. 7.7), whose weights (norm about 1) lie below the privacy "
                           "noise, so the scores hardly rank; the code fits sklearn's C = 1 / lambda (norm 34-42), and "
-                          "under that rule (fedaux_code, fedaux_code_gamma) fedray agrees with the code"}
+                          "under that rule (fedaux_code, fedaux_code_gamma) fedray agrees with the code",
+    ("FedGen", "fedgen"): "the rule the code means against what it computes: fedray's fedgen weighs each user's "
+                          "cross-entropy on G(eps, y) by its share of label y, per sample (`teacher: counts`); the "
+                          "code multiplies each user's mean cross-entropy by its mean label weight over the batch, a "
+                          "(B,) by (B, 1) product that broadcasts to B x B (`serverpFedGen.py`); under what the code "
+                          "computes (fedgen_code) fedray agrees with the code"}
+for _m in ("feddistill", "feddistill_plus"):
+    CAUSES["FedGen", _m] = (
+        f"the paper's rules against the code's: fedray's {_m} builds each round's label-wise logit table from that "
+        "round's users that saw the label (`table: round`); the code's tracker sums a user's logits over every "
+        "round it trained, its counts starting at 1, and averages every user's vector of every label, zero vectors "
+        "included (`userFedDistill.py`, `serverFedDistill.py`); under the code's table "
+        f"({_m}_code) fedray agrees with the code")
 # FedAUX's baselines: the paper trains each client from the broadcast model (Alg. 1, theta_i <- train(theta, D_i))
 # and says nothing of optimiser state between rounds; its code keeps every Adam for the whole run
 for _m, _what in (("fedavg", ""), ("fedprox", ""), ("feddf", " and one for each distillation"), ("fedavg_p", ""),
@@ -160,13 +172,13 @@ def rows(paper, checkout_info: tuple[str, bool], fedray: dict, authors: dict) ->
 def cause_of(row: dict, rows: Iterable[dict] = ()) -> str:
     """A row's cause: CAUSES' for its paper and method where the two sides differ, empty where they
     agree. A cause that says fedray agrees with the code under the code's rules names those rules'
-    methods (``mrtf_code``): it is given only in a scene where each of those rows (among ``rows``)
-    agrees; elsewhere the row stays open."""
+    methods (``mrtf_code``, outside backquotes): it is given only in a scene where each of those rows
+    (among ``rows``) agrees; elsewhere the row stays open."""
     if agreement({**row, "cause": ""}) == "agrees":
         return ""
     cause = CAUSES.get((row["paper"], row["method"]), "")
     same = {r["method"]: r for r in rows if (r["paper"], r["scene"]) == (row["paper"], row["scene"])}
-    named = re.findall(r"\b\w+_code\w*\b", cause)
+    named = re.findall(r"\b\w+_code\w*\b", re.sub(r"`[^`]*`", "", cause))  # methods; `quoted` are settings, files
     if any(m not in same or agreement({**same[m], "cause": ""}) != "agrees" for m in named):
         return ""
     return cause

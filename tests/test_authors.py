@@ -149,3 +149,8 @@ def test_causes_rewrites_the_saved_rows_causes_from_causes(tmp_path):
     # where mrtf_code differs too, or was not run, the cause would say more than the rows: the row stays open
     assert saved["mrtf", "alpha 0.1"]["cause"] == "" and saved["mrtf", "C-bar 3"]["cause"] == ""
     assert saved["mrtf_code", "alpha 0.1"]["cause"] == ""  # no cause written down for it
+    # a setting or file in backquotes is no method: only fedgen_code's row counts, and it must be there
+    fedgen = [{"paper": "FedGen", "method": m, "scene": "alpha 0.1", "cause": "", "diff_mean": d, "diff_ci": [d - 0.4, d + 0.4]}
+              for m, d in (("fedgen", -5.1), ("fedgen_code", -0.1))]
+    assert authors.cause_of(fedgen[0], fedgen) == authors.CAUSES["FedGen", "fedgen"] and "counts" in authors.CAUSES["FedGen", "fedgen"]
+    assert authors.cause_of(fedgen[0], fedgen[:1]) == ""
