@@ -229,6 +229,17 @@ def listing(items: Iterable[str]) -> str:
     return ", ".join(items[:-1]) + " and " + items[-1] if len(items) > 1 else "".join(items)
 
 
+RECORDS = "records"  # beside the pages: the data each is drawn from (its runs' JSON) and its figures
+
+
+def record_file(page: Path, suffix: str) -> Path:
+    """A page's data file: ``records/<name><suffix>`` beside the page (``page`` without suffix),
+    its folder made if need be; the page itself is ``page`` with ``.md``."""
+    path = page.parent / RECORDS / f"{page.name}{suffix}"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    return path
+
+
 def grid_arguments(doc: str, experiments: Iterable[str], out: Path) -> argparse.ArgumentParser:
     """The options of a grid script: ``--jobs``, ``--only`` (some of ``experiments``), ``--rounds``,
     ``--out`` (default ``out``), ``--sweep`` (where :func:`run_sweep` keeps the trials) and
@@ -237,7 +248,7 @@ def grid_arguments(doc: str, experiments: Iterable[str], out: Path) -> argparse.
     parser.add_argument("--jobs", type=int, help="trials at once (default: one per CPU of Ray)")
     parser.add_argument("--only", nargs="+", choices=list(experiments), help="experiments to run")
     parser.add_argument("--rounds", type=int, help="override every run's rounds (a quick check)")
-    parser.add_argument("--out", default=str(out), help="output path without suffix")
+    parser.add_argument("--out", default=str(out), help="the page's path without suffix (its .json and .png go to records/ beside it)")
     parser.add_argument("--sweep", default=str(Path("runs") / "repro" / out.name),
                         help="the sweep folder: the trials' run folders (default runs/repro/<out's name>)")
     parser.add_argument("--plot-only", action="store_true", help="redraw from the saved .json")

@@ -6,7 +6,7 @@ measure, per seed that varies the split.
     git clone https://github.com/zhuangdizhu/FedGen /path/to/FedGen
     python scripts/authors.py fedgen --checkout /path/to/FedGen      # likewise mrtf (lxcnju/MrTF), fedaux (fedl-repo/fedaux)
     python scripts/authors.py fedgen --checkout /path/to/FedGen --methods fedavg fedgen --scenes 0.1 --seeds 0 1
-    python scripts/authors.py causes     # docs/authors.json's causes rewritten from CAUSES, nothing run
+    python scripts/authors.py causes     # docs/records/authors.json's causes rewritten from CAUSES, nothing run
 
 fedl-repo/fedaux keeps SimCLR checkpoints (``checkpoints/*.pth``) that a mirror may lack and that these
 runs never read; a sparse checkout leaves them out and keeps the tree clean (the rows record whether it
@@ -20,7 +20,7 @@ process each, ``--jobs`` at once, into ``--work``/authors (a stopped call resume
 are kept). The authors' code runs unchanged from its checkout: the adapter only swaps at run time
 what the docs list (unused imports, the client draw, where results go) and adds fedray's measure.
 
-The rows go to ``docs/authors.json`` (a row per paper, method and scene; a new row replaces the
+The rows go to ``docs/records/authors.json`` (a row per paper, method and scene; a new row replaces the
 saved one), and ``scripts/docs.py`` writes docs/authors.md from them. A row names the commit its
 fedray runs carry; runs of one row made at two commits (a resumed sweep) make no row.
 """
@@ -46,7 +46,7 @@ sys.path.insert(0, str(ROOT))
 from fedray.repro import Store, cpu_model  # noqa: E402
 from fedray.stats import paired  # noqa: E402
 
-OUT = ROOT / "docs" / "authors.json"
+OUT = ROOT / "docs" / "records" / "authors.json"
 # what a difference's cause is, once found: (paper, method) -> text; empty where the two agree
 CAUSES: dict[tuple[str, str], str] = {
     ("MrTF", "mrtf"): "the paper's rules against the code's: fedray's mrtf is the paper's MrTF (eq. 6 over the whole "
@@ -223,7 +223,7 @@ def _commits_text(rows: list[dict]) -> str:
 
 
 def page(rows: list[dict]) -> str:
-    """docs/authors.md from the rows of docs/authors.json."""
+    """docs/authors.md from the rows of docs/records/authors.json."""
     from fedray.repro import markdown_table
 
     lines = ["# fedray beside the authors' code", "",
@@ -232,7 +232,7 @@ def page(rows: list[dict]) -> str:
              "unchanged, from a checkout. A row is one method in one scene: the paper's primary measure per "
              "seed on each side, and the paired difference fedray minus authors with its 95% t interval over "
              f"the seeds. The target: within {TARGET:g} point, with an interval that holds 0. Written by "
-             "`scripts/docs.py` from `docs/authors.json`; the runs: `scripts/authors.py` (its docstring has the "
+             "`scripts/docs.py` from `docs/records/authors.json`; the runs: `scripts/authors.py` (its docstring has the "
              "commands).", ""]
     verdicts = [agreement(r) for r in rows]
     lines += [f"**{verdicts.count('agrees')} of {len(rows)} rows agree; "

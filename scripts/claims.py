@@ -36,10 +36,16 @@ from typing import Callable, Optional
 ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT), str(ROOT / "scripts")]
 
-from fedray.repro import MixedRuns, check_pairing, commit_text, final_value, markdown_table, origin  # noqa: E402
+from fedray.repro import (RECORDS, MixedRuns, check_pairing, commit_text, final_value,  # noqa: E402
+                          markdown_table, origin)
 from fedray.stats import CONFIDENCE, bonferroni, paired  # noqa: E402
 
 DOCS = ROOT / "docs"
+
+
+def recorded(name: str):
+    """A recorded file's data: ``docs/records/<name>``."""
+    return json.loads((DOCS / RECORDS / name).read_text())
 START, END = "<!-- claims:start (scripts/docs.py --write) -->", "<!-- claims:end -->"
 WITHHELD = "no verdict (commit not recorded)"
 
@@ -131,7 +137,7 @@ def by_seed(runs: list[dict], **match) -> dict[int, dict]:
 def fedaux_family() -> Family:
     import repro_fedaux as mod
 
-    runs = [r for r in json.loads((DOCS / "repro_fedaux.json").read_text())["runs"] if r["experiment"] == "claim"]
+    runs = [r for r in recorded("repro_fedaux.json")["runs"] if r["experiment"] == "claim"]
     claims = []
     for rate in mod.RATES:
         scene = f"alpha 0.01, C = {rate:g}"
@@ -146,7 +152,7 @@ def fedaux_family() -> Family:
 def mrtf_family() -> Family:
     import repro_mrtf as mod
 
-    runs = json.loads((DOCS / "repro_mrtf.json").read_text())["results"]
+    runs = recorded("repro_mrtf.json")["results"]
     label = {m: mod.METHODS[m][0] for m in mod.METHODS}
     claims = []
     for scene in mod.SPLITS:
@@ -160,7 +166,7 @@ def mrtf_family() -> Family:
 def fedgen_family() -> Family:
     import repro_fedgen as mod
 
-    runs = [r for r in json.loads((DOCS / "repro_fedgen.json").read_text())["results"] if r["experiment"] == "table1"]
+    runs = [r for r in recorded("repro_fedgen.json")["results"] if r["experiment"] == "table1"]
     field = {"feddistill": "personal"}  # FedDistill shares no model: its users' own models, on their labels
     claims = []
     for alpha in mod.ALPHAS:
@@ -175,11 +181,11 @@ def fedgen_family() -> Family:
 
 def cfl_family(runs: Optional[list[dict]] = None) -> Family:
     """Thesis Table 6.2: CFL against FL in each scene, paired by seed; from ``runs`` (a page's own)
-    or docs/repro_cfl.json."""
+    or docs/records/repro_cfl.json."""
     import repro_cfl as mod
 
     if runs is None:
-        runs = mod.results_of(json.loads((DOCS / "repro_cfl.json").read_text()))
+        runs = mod.results_of(recorded("repro_cfl.json"))
     claims = []
     for s, label in mod.SCENARIOS.items():
         for b in mod.BASELINES:
@@ -191,7 +197,7 @@ def cfl_family(runs: Optional[list[dict]] = None) -> Family:
 
 
 def distill_runs(experiment: str) -> list[dict]:
-    return [r for r in json.loads((DOCS / "repro_distill.json").read_text())["runs"] if r["experiment"] == experiment]
+    return [r for r in recorded("repro_distill.json")["runs"] if r["experiment"] == experiment]
 
 
 def one_run(claims: list[Claim]) -> str:
@@ -264,7 +270,7 @@ def table42_family() -> Family:
 
     value, claims = MEASURES[mod.PRIMARY][1], []
     for stem, (_, target) in mod.FAMILY.items():
-        runs = table42_runs(json.loads((DOCS / f"repro_table42_{stem}.json").read_text()), target)
+        runs = table42_runs(recorded(f"repro_table42_{stem}.json"), target)
         side = {m: {s: r for s, r in by_seed(runs, method=m).items() if s in mod.FAMILY_SEEDS}
                 for m in (*mod.PROPOSED, *mod.BASELINES)}
         scene = f"{stem.rsplit('_', 1)[1]}, to {target:g}"
@@ -363,7 +369,7 @@ def family_lines(t: Tested) -> list[str]:
     if t.refused:
         return lines + [f"**Not built**: {t.refused}.", ""]
     n = len(t.rows)
-    lines += [f"{n} claims from `docs/{f.source}`, {commit_text(t.commit)}. Primary measure: "
+    lines += [f"{n} claims from `docs/records/{f.source}`, {commit_text(t.commit)}. Primary measure: "
               f"{measure_name(f.primary)}; each interval at {100 * t.level:.4g}% (Bonferroni for {n} claims: "
               f"{100 * CONFIDENCE:g}% for the family); secondary: {measure_name(f.secondary)}, shown, never a "
               "verdict" + (f"; {f.note}" if f.note else "") + ".", ""]

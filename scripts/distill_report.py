@@ -1,6 +1,6 @@
 """The page of the federated distillation reproductions: docs/repro_distill.md (the setup, the tables,
 ours beside the papers', and sentences computed from the runs, never notes typed in from an earlier
-run) and .png, from the runs scripts/repro_distill.py recorded in docs/repro_distill.json
+run) and .png, from the runs scripts/repro_distill.py recorded in docs/records/repro_distill.json
 (``--plot-only`` writes them anew from that file alone). The interpretation is in docs/reproductions.md.
 
 A cell of Tables 5.1 and 5.2 shows its one seed's run, or the mean ± std over its seeds (each the run's
@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 
 from fedray.figures import figure, save_figure
-from fedray.repro import listing, markdown_table
+from fedray.repro import listing, markdown_table, record_file
 
 from grid_report import accuracies, best, command, final, runs_line, setup, wall_time
 from repro_distill import (ALPHAS, ALPHAS51, ALPHAS52, ARCHS, BASELINES51, BASELINES52, COMPARE, LR_CHECK,
@@ -586,7 +586,7 @@ def verdict_lines() -> list[str]:
 
 
 def page(saved: dict) -> str:
-    """docs/repro_distill.md from what docs/repro_distill.json holds."""
+    """docs/repro_distill.md from what docs/records/repro_distill.json holds."""
     from repro_distill import key
 
     results, meta = {key(r): r for r in saved["runs"]}, saved.get("meta", {})
@@ -598,4 +598,4 @@ def page(saved: dict) -> str:
 
 def write_outputs(results: dict[str, dict], meta: dict, out: Path) -> None:
     out.with_suffix(".md").write_text(page({"meta": meta, "runs": list(results.values())}))
-    plot(results, out.with_suffix(".png"))
+    plot(results, record_file(out, ".png"))

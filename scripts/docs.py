@@ -3,7 +3,7 @@
 What it writes:
 
 - each reproduction page (``docs/repro_*.md``), by its script's ``page`` function from the script's
-  JSON in ``docs/`` (the scripts call the same functions after their runs);
+  JSON in ``docs/records/`` (the scripts call the same functions after their runs);
 - in ``docs/reproductions.md``, the summary table (the paper's numbers beside ours, ours computed
   here from the JSON, each row with the commit its runs ran at), the notes (every sentence on our
   runs computed here from the JSON: :func:`notes`) and the claims table (``scripts/claims.py``),
@@ -33,7 +33,7 @@ sys.path[:0] = [str(ROOT), str(ROOT / "scripts")]
 
 import numpy as np  # noqa: E402
 
-from fedray.repro import final_value, listing, runs_commit_text  # noqa: E402
+from fedray.repro import RECORDS, final_value, listing, runs_commit_text  # noqa: E402
 
 # page -> (module in scripts/, its function from the JSON to the page's text, the JSON)
 PAGES = {
@@ -56,7 +56,8 @@ SUMMARY_START, SUMMARY_END = "<!-- summary:start (scripts/docs.py --write) -->",
 
 
 def load(name: str) -> dict | list | None:
-    path = DOCS / name
+    """A recorded file's data (``docs/records/<name>``), or None where it is not there."""
+    path = DOCS / RECORDS / name
     return json.loads(path.read_text()) if path.exists() else None
 
 
@@ -1055,9 +1056,9 @@ def notes() -> list[str]:
         if heading:
             lines += ["", f"### {heading}", ""]
         if all(x is None for x in data):
-            lines.append(f"- No recorded run: {listing(f'`docs/{f}`' for f in files)} missing.")
+            lines.append(f"- No recorded run: {listing(f'`docs/records/{f}`' for f in files)} missing.")
             continue
-        lines += make(*data) if data[0] is not None else [f"- No recorded run: `docs/{files[0]}` is missing."]
+        lines += make(*data) if data[0] is not None else [f"- No recorded run: `docs/records/{files[0]}` is missing."]
     return lines
 
 
@@ -1066,8 +1067,8 @@ def summary_table() -> list[str]:
     for config, follows, paper, source, ours, runs in ROWS:
         data = load(source)
         mine = runs(data) if data is not None else []
-        cell = (ours(data) if mine else f"no recorded run (`docs/{source}` holds none)" if data is not None
-                else f"no recorded run (`docs/{source}` is missing)")
+        cell = (ours(data) if mine else f"no recorded run (`docs/records/{source}` holds none)" if data is not None
+                else f"no recorded run (`docs/records/{source}` is missing)")
         texts = table_commits(mine, source)
         commit = ("; ".join(text if len(texts) == 1 else f"{', '.join(names)}: {text}" for text, names in texts.items())
                   if mine else "-")
@@ -1092,7 +1093,7 @@ FIRST_START, FIRST_END = "<!-- first-run:start (scripts/docs.py --write) -->", "
 
 
 def first_run(d: dict) -> list[str]:
-    """The README's numbers of a first run, from docs/quickstart.json (scripts/record_quickstart.py)."""
+    """The README's numbers of a first run, from docs/records/quickstart.json (scripts/record_quickstart.py)."""
     acc = [(r["round"], r["accuracy"]) for r in d["rounds"]]
     first85 = next((n for n, a in acc if a >= 0.85), None)
     return [f"Recorded with `python scripts/record_quickstart.py` ({runs_commit_text([d], 'the quick-start')}, "

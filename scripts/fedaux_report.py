@@ -1,6 +1,6 @@
 """The page of the FedAUX reproductions: docs/repro_fedaux.md (the tables, ours beside the paper's, and
 sentences computed from the runs) and .png, from the runs scripts/repro_fedaux.py recorded in
-docs/repro_fedaux.json (``--plot-only`` writes them anew from that file alone). The interpretation is in
+docs/records/repro_fedaux.json (``--plot-only`` writes them anew from that file alone). The interpretation is in
 docs/reproductions.md.
 """
 
@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 
 from fedray.figures import figure, save_figure
-from fedray.repro import listing, markdown_table, runs_commit_text, setup_table
+from fedray.repro import listing, markdown_table, record_file, runs_commit_text, setup_table
 
 from grid_report import best, command, final, wall_time
 from repro_fedaux import (ALPHAS, CLAIM_METHODS, CLAIM_SEEDS, CONFIG, EPSILONS, LAMBDA_EPSILONS, LAMBDAS, METHODS,
@@ -424,7 +424,7 @@ def plot(results: dict, path: Path) -> None:
 
 
 def page(saved: dict) -> str:
-    """docs/repro_fedaux.md from what docs/repro_fedaux.json holds."""
+    """docs/repro_fedaux.md from what docs/records/repro_fedaux.json holds."""
     from repro_fedaux import key
 
     results, meta = {key(r): r for r in saved["runs"]}, saved.get("meta", {})
@@ -437,4 +437,4 @@ def page(saved: dict) -> str:
 
 def write_outputs(results: dict, meta: dict, out: Path) -> None:
     out.with_suffix(".md").write_text(page({"meta": meta, "runs": list(results.values())}))
-    plot(results, out.with_suffix(".png"))
+    plot(results, record_file(out, ".png"))

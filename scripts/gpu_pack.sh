@@ -6,7 +6,7 @@
 # - the small wheels fedray needs beside it (pydantic, jsonschema and theirs);
 # - Fashion-MNIST's four idx files from Debian's dataset-fashion-mnist (30 MB).
 # Everything that travels must stay under the device call's 64 MiB: with .gpu/ (58 MB), move
-# docs/*.json, docs/*.png and tests/golden.npz (10 MB) out of the tree for the call.
+# docs/records/*.json, docs/records/*.png and tests/golden.npz (10 MB) out of the tree for the call.
 set -eu
 cd "$(dirname "$0")/.."
 PY=${PY:-.venv/bin/python}

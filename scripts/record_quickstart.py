@@ -1,5 +1,5 @@
 """Run the quick-start (``configs/quickstart.yaml``, Ray client actors) and record what a first run
-gives in ``docs/quickstart.json``: each round's test accuracy, the wall time, the machine and the
+gives in ``docs/records/quickstart.json``: each round's test accuracy, the wall time, the machine and the
 run's provenance. ``scripts/docs.py`` writes the README's "A first run" numbers from it.
 
     python scripts/record_quickstart.py
@@ -28,7 +28,7 @@ def main() -> None:
         result = fedray.run(ROOT / "configs" / "quickstart.yaml", run_dir=Path(tmp) / "run", progress=False)
         wall = time.perf_counter() - start
         rounds = [{"round": step, "accuracy": value} for step, value in result.metrics("eval/accuracy")]
-    out = ROOT / "docs" / "quickstart.json"
+    out = ROOT / "docs" / "records" / "quickstart.json"
     out.write_text(json.dumps({"config": "configs/quickstart.yaml", "wall_s": wall, "cpu": cpu_model(),
                                "provenance": result.summary["provenance"], "rounds": rounds}, indent=1))
     print(f"wrote {out.relative_to(ROOT)}: {len(rounds)} rounds, final {rounds[-1]['accuracy']:.4f}, {wall:.0f} s")

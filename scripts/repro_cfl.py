@@ -31,7 +31,8 @@ import numpy as np
 
 from fedray.figures import figure, save_figure
 from fedray.parameter_tree import id_ranges
-from fedray.repro import Store, grid_arguments, invocation, listing, markdown_table, report_failed, run_specs
+from fedray.repro import (Store, grid_arguments, invocation, listing, markdown_table, record_file, report_failed,
+                          run_specs)
 
 from grid_report import runs_line, setup
 
@@ -89,7 +90,7 @@ def key(r: dict) -> tuple[str, str, int]:
 
 
 def results_of(saved: list | dict) -> list[dict]:
-    """The runs a saved docs/repro_cfl.json holds: its ``results``, or the whole file where it is the
+    """The runs a saved docs/records/repro_cfl.json holds: its ``results``, or the whole file where it is the
     bare list of runs written before seeds, commits and calls were kept (those runs are seed 0)."""
     return saved if isinstance(saved, list) else saved["results"]
 
@@ -263,7 +264,7 @@ def calls_lines(calls: list[dict]) -> list[str]:
 
 
 def page(saved: list | dict) -> str:
-    """docs/repro_cfl.md from what docs/repro_cfl.json holds (either form, :func:`results_of`)."""
+    """docs/repro_cfl.md from what docs/records/repro_cfl.json holds (either form, :func:`results_of`)."""
     results = by_run(results_of(saved))
     calls = [] if isinstance(saved, list) else saved.get("invocations", [])
     return "\n".join(table62_lines(results) + fig68_lines(results) + calls_lines(calls)) + "\n"
@@ -297,7 +298,7 @@ def main() -> None:
     if args.family:
         args.only, args.seeds = [e for e in EXPERIMENTS if e.startswith("table62/")], list(FAMILY_SEEDS)
     out = Path(args.out)
-    store = Store(out.with_suffix(".json"), key)
+    store = Store(record_file(out, ".json"), key)
     saved = store.read() or []
     results = {key(r): r for r in results_of(saved)}
     calls = [] if isinstance(saved, list) else saved.get("invocations", [])
@@ -318,7 +319,7 @@ def main() -> None:
         store.save(results)
     saved = {"invocations": calls, "results": list(results.values())} if calls else list(results.values())
     out.with_suffix(".md").write_text(page(saved))
-    plot(by_run(list(results.values())), out.with_suffix(".png"))
+    plot(by_run(list(results.values())), record_file(out, ".png"))
     print(f"wrote {out}.md, .json and .png")
     report_failed(failed)
 

@@ -10,7 +10,7 @@ maximum and final accuracy, each architecture's, and what the server distillatio
 alpha 0.1. Table 5.2 (thesis section 5.4): FedAvg, FD and compressed FD (CFD-1-32, CFD_delta-1-32,
 CFD-1-1, CFD_delta-1-1, thesis Alg. 8) at alpha 100, 1 and 0.1; the MB up and down needed to first
 reach a target accuracy (soft labels for FD/CFD, full models for FedAvg), at targets chosen after
-seeing the curves (the .md says so). Writes docs/repro_distill.json (every round's accuracies and
+seeing the curves (the .md says so). Writes docs/records/repro_distill.json (every round's accuracies and
 bytes; a run of some experiments, ``--only``, merges into the saved one, keeping the others'
 results), then docs/repro_distill.md (ours beside the papers') and .png from it
 (scripts/distill_report.py); the interpretation is in docs/reproductions.md.
@@ -39,7 +39,7 @@ import time
 from functools import partial
 from pathlib import Path
 
-from fedray.repro import Store, grid_arguments, invocation, report_failed, run_experiments, run_specs
+from fedray.repro import Store, grid_arguments, invocation, record_file, report_failed, run_experiments, run_specs
 
 from grid_report import best, final
 
@@ -187,7 +187,7 @@ def main() -> None:
     if args.family:
         args.only, args.seeds = list(SEEDED), list(FAMILY_SEEDS)
     out = Path(args.out)
-    store = Store(out.with_suffix(".json"), key=key, field="runs")
+    store = Store(record_file(out, ".json"), key=key, field="runs")
     meta = (store.read() or {}).get("meta", {"machine": "2-core CPU dev machine"})
     for stale in ("notes", "notes52"):  # hand-written notes of earlier versions: not written back
         meta.pop(stale, None)

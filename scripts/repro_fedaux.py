@@ -20,7 +20,7 @@ Table III scaled, a privacy sweep over eps, and the Mixed (three architectures) 
 FedAUX runs with the public normaliser everywhere (the config's ``normaliser: public``: its privacy
 figure is a guarantee; docs/methods.md), and twice: ``regularization: paper`` (w_i minimises the paper's J, the default)
 and ``code`` (the authors' code: sklearn C = 1/lambda, J with lambda / N), because the two give very
-different scores (see docs/methods.md). Writes docs/repro_fedaux.json (every run's rounds; ``--only``
+different scores (see docs/methods.md). Writes docs/records/repro_fedaux.json (every run's rounds; ``--only``
 merges into the saved one), then docs/repro_fedaux.md (ours beside the paper's) and .png from it
 (scripts/fedaux_report.py). Each experiment runs as a ``fedray sweep`` (``fedray.repro.run_sweep``)
 into ``--sweep``/<experiment>, as many trials at once as Ray has CPUs; a stopped grid resumes. Before
@@ -45,7 +45,7 @@ import torch
 from fedray.assembly import initial_models, load_data
 from fedray.config import load_config
 from fedray.models import model_builder
-from fedray.repro import Store, grid_arguments, invocation, report_failed, run_experiments, run_specs
+from fedray.repro import Store, grid_arguments, invocation, record_file, report_failed, run_experiments, run_specs
 
 from grid_report import best, final
 
@@ -213,7 +213,7 @@ def main() -> None:
     parser.add_argument("--methods", nargs="+", choices=list(METHODS), help="run only these methods' runs (merged)")
     args = parser.parse_args()
     out = Path(args.out)
-    store = Store(out.with_suffix(".json"), key=key, field="runs")
+    store = Store(record_file(out, ".json"), key=key, field="runs")
     meta = (store.read() or {}).get("meta", {"machine": "2-core CPU dev machine"})
     store.header["meta"] = meta
     if args.plot_only:

@@ -11,7 +11,7 @@
   weighting something to decide, every point is labelled by whether it lies outside the circle
   through the three centres, and each client trains a linear classifier on its own Gaussian.
 
-The toys themselves are in scripts/fedaux_toys.py; this runs them and writes docs/repro_fedaux_toy.json
+The toys themselves are in scripts/fedaux_toys.py; this runs them and writes docs/records/repro_fedaux_toy.json
 (every seed's accuracies), then docs/repro_fedaux_toy.md (the setting and sentences computed from
 that JSON; ``--plot-only`` writes it again from the JSON alone) and .png.
 
@@ -32,7 +32,7 @@ from sklearn.datasets import load_iris
 from fedray.figures import figure, save_figure
 from fedray.privacy.certainty import dp_sigma
 from fedray.provenance import source
-from fedray.repro import listing, markdown_table, runs_commit_text
+from fedray.repro import listing, markdown_table, record_file, runs_commit_text
 
 from fedaux_toys import GAUSS, gaussian_toy, iris_ensemble, iris_split, iris_toy, outside, shares
 
@@ -208,15 +208,15 @@ def gaussian_markdown(rows: list[dict[str, float]]) -> list[str]:
 
 
 def page(saved: dict) -> str:
-    """The page, from what a run of the toys saved (``docs/repro_fedaux_toy.json``)."""
+    """The page, from what a run of the toys saved (``docs/records/repro_fedaux_toy.json``)."""
     iris = {float(eps): rows for eps, rows in saved["iris"].items()}
     lines = ["# FedAUX toy examples: certainty-weighted vs mean ensembles", "",
              "`scripts/repro_fedaux_toy.py`; the scorers are `fedray/privacy/certainty.py`. The ensembles weigh "
              "by s_i as FedAUX eq. 3 (thesis eq. 7.4), but average the clients' predicted probabilities, not "
              "logits: a client that holds one class has no finite logits.", "",
              *iris_markdown(iris), *gaussian_markdown(saved["gauss"]),
-             "![toys](repro_fedaux_toy.png)", "",
-             f"Wall time {saved['wall_s']:.0f} s; the numbers are `repro_fedaux_toy.json`'s; "
+             "![toys](records/repro_fedaux_toy.png)", "",
+             f"Wall time {saved['wall_s']:.0f} s; the numbers are `records/repro_fedaux_toy.json`'s; "
              f"{runs_commit_text([saved], 'the toys')}."]
     return "\n".join(lines) + "\n"
 
@@ -227,7 +227,7 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=ROOT / "docs")
     parser.add_argument("--plot-only", action="store_true", help="the page and figure again from the saved .json")
     args = parser.parse_args()
-    json_path = args.out / "repro_fedaux_toy.json"
+    json_path = record_file(args.out / "repro_fedaux_toy", ".json")
     if args.plot_only:
         saved = json.loads(json_path.read_text())
     else:
@@ -237,7 +237,7 @@ def main() -> None:
         saved["provenance"] = source()  # the fedray commit the toys ran at (docs.py names it)
         args.out.mkdir(parents=True, exist_ok=True)
         json_path.write_text(json.dumps(saved, indent=1))
-    draw(args.out / "repro_fedaux_toy.png", {float(e): rows for e, rows in saved["iris"].items()})
+    draw(record_file(args.out / "repro_fedaux_toy", ".png"), {float(e): rows for e, rows in saved["iris"].items()})
     text = page(saved)
     (args.out / "repro_fedaux_toy.md").write_text(text)
     print(text)

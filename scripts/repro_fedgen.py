@@ -47,8 +47,8 @@ from pathlib import Path
 
 import numpy as np
 
-from fedray.repro import (Store, grid_arguments, invocation, markdown_table, report_failed, run_experiments, run_specs,
-                          runs_commit_text, setup_table)
+from fedray.repro import (Store, grid_arguments, invocation, markdown_table, record_file, report_failed,
+                          run_experiments, run_specs, runs_commit_text, setup_table)
 
 ROOT = Path(__file__).resolve().parents[1]
 ALPHAS = (0.05, 0.1, 1.0)
@@ -168,7 +168,7 @@ def verdict_lines() -> list[str]:
 
 
 def page(saved: dict) -> str:
-    """docs/repro_fedgen.md from what docs/repro_fedgen.json holds."""
+    """docs/repro_fedgen.md from what docs/records/repro_fedgen.json holds."""
     done, calls = saved["results"], saved.get("invocations", [])
     from fedray.config import load_config
 
@@ -278,7 +278,7 @@ def main() -> None:
         args.only, args.methods = ["table1"], [*PROPOSED, *BASELINES]
         args.seeds, args.alphas = list(FAMILY_SEEDS), list(ALPHAS)
     out = Path(args.out)
-    store = Store(out.with_suffix(".json"), key)
+    store = Store(record_file(out, ".json"), key)
     saved = store.read() or {}
     calls = saved.get("invocations", [])
     store.header = {"invocations": calls}  # kept by every save of the grid, so a stopped grid keeps them

@@ -18,7 +18,7 @@ from pathlib import Path
 
 from fedray.config import load_config
 from fedray.figures import figure, save_figure
-from fedray.repro import Store, markdown_table, report_failed, run_specs
+from fedray.repro import Store, markdown_table, record_file, report_failed, run_specs
 
 from grid_report import runs_line, setup
 
@@ -76,7 +76,7 @@ def run(rounds: int, sweep: Path, jobs: int | None) -> tuple[dict, list]:
 
 
 def page(saved: dict) -> str:
-    """docs/repro_fig41.md from what docs/repro_fig41.json holds."""
+    """docs/repro_fig41.md from what docs/records/repro_fig41.json holds."""
     results, rounds = {(r["method"], r["split"]): r for r in saved["results"]}, saved["rounds"]
     rows = [[method] + [f"{results[method, s]['accuracy']:.4f}" for s in SPLITS]
             + [f"{results[method, 'iid'][k]:.2f}" for k in ("mb_up", "mb_down")] for method in METHODS]
@@ -102,7 +102,7 @@ def write_outputs(results: dict[tuple[str, str], dict], rounds: int) -> None:
     ax.set(ylim=(0.5, 0.9), ylabel="final test accuracy (axis from 0.5)",
            title=f"Fig. 4.1 scaled: Fashion-MNIST, logistic regression, 10 clients, {rounds} iterations")
     ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1))
-    save_figure(fig, OUT.with_suffix(".png"), dpi=110)
+    save_figure(fig, record_file(OUT, ".png"), dpi=110)
 
 
 def main() -> None:
@@ -110,9 +110,9 @@ def main() -> None:
     parser.add_argument("--rounds-scale", type=float, default=1.0)
     parser.add_argument("--jobs", type=int, help="trials at once (default: one per CPU of Ray)")
     parser.add_argument("--sweep", default="runs/repro/repro_fig41", help="the sweep folder: the trials' run folders")
-    parser.add_argument("--plot-only", action="store_true", help="redraw from docs/repro_fig41.json")
+    parser.add_argument("--plot-only", action="store_true", help="redraw from docs/records/repro_fig41.json")
     args = parser.parse_args()
-    store = Store(OUT.with_suffix(".json"), key=lambda r: (r["method"], r["split"]), match=("rounds",))
+    store = Store(record_file(OUT, ".json"), key=lambda r: (r["method"], r["split"]), match=("rounds",))
     if args.plot_only:
         store.header["rounds"] = store.read()["rounds"]
         write_outputs(store.load(), store.header["rounds"])

@@ -8,7 +8,7 @@
   per client stream.
 
 Each run is a ``fedray sweep`` trial (``fedray.repro.run_specs``, seed 0: the configs' own) into
-``--sweep``; every evaluated round's accuracy and bytes go to docs/repro_lstm.json, the page
+``--sweep``; every evaluated round's accuracy and bytes go to docs/records/repro_lstm.json, the page
 docs/repro_lstm.md and its figure .png are written from that JSON (``--plot-only``: from the JSON
 alone).
 
@@ -24,7 +24,7 @@ import time
 from pathlib import Path
 
 from fedray.figures import figure, save_figure
-from fedray.repro import cpu_model, markdown_table, report_failed, run_specs
+from fedray.repro import cpu_model, markdown_table, record_file, report_failed, run_specs
 
 from grid_report import runs_line, setup
 
@@ -92,7 +92,7 @@ def run(sweep: Path) -> tuple[dict, list]:
 
 
 def page(saved: dict) -> str:
-    """The page, from docs/repro_lstm.json."""
+    """The page, from docs/records/repro_lstm.json."""
     runs = saved["results"]
     rows = []
     for name in RUNS:
@@ -127,7 +127,7 @@ def page(saved: dict) -> str:
                   f"{h[-1]['mb_down']:.0f} MB down; the first round at each accuracy:", "",
                   *markdown_table(["accuracy", "first reached"], cells),
                   *runs_line([fed], "repro_lstm.json, FedAvg"), ""]
-    lines += ["![LSTM references](repro_lstm.png)", "",
+    lines += ["![LSTM references](records/repro_lstm.png)", "",
               f"Written by `scripts/repro_lstm.py` from `repro_lstm.json` (runs on {saved['cpu']})."]
     return "\n".join(lines) + "\n"
 
@@ -153,14 +153,14 @@ def main() -> None:
     args = parser.parse_args()
     failed = []
     if args.plot_only:
-        saved = json.loads(args.out.with_suffix(".json").read_text())
+        saved = json.loads(record_file(args.out, ".json").read_text())
     else:
         start = time.perf_counter()
         results, failed = run(args.sweep)
         saved = {"cpu": cpu_model(), "wall_s": time.perf_counter() - start, "results": results}
-        args.out.with_suffix(".json").write_text(json.dumps(saved, indent=1))
+        record_file(args.out, ".json").write_text(json.dumps(saved, indent=1))
     args.out.with_suffix(".md").write_text(page(saved))
-    draw(saved, args.out.with_suffix(".png"))
+    draw(saved, record_file(args.out, ".png"))
     print(page(saved))
     report_failed(failed)
 

@@ -46,7 +46,7 @@ from fedray.distill.refinery import local_share, rectified_target, stabilised_pr
 from fedray.models import create_model
 from fedray.provenance import source
 from fedray.repro import (Store, cpu_model, diverged_text, final_value, grid_arguments, invocation, markdown_table,
-                          report_failed, run_sweep, runs_commit_text, setup_table)
+                          record_file, report_failed, run_sweep, runs_commit_text, setup_table)
 from fedray.training import local_train, set_torch_threads
 from fedray.weights import get_weights, set_weights, weighted_mean
 
@@ -111,7 +111,7 @@ def demo(epochs: int, seed: int, lr: float, momentum: float) -> dict:
 
 
 def demo_page(result: dict) -> str:
-    """docs/repro_mrtf_demo.md from what docs/repro_mrtf_demo.json holds."""
+    """docs/repro_mrtf_demo.md from what docs/records/repro_mrtf_demo.json holds."""
     r = result
     rows = [["local models", PAPER["locals"], " / ".join(f"{a}" for a in r["locals"])],
             ["AvgLogit, uniform (eq. 3)", f"{PAPER['avg_logit']}", f"{r['avg_logit']}"],
@@ -223,7 +223,7 @@ def verdict_lines() -> list[str]:
 
 
 def compare_page(saved: dict) -> str:
-    """docs/repro_mrtf.md from what docs/repro_mrtf.json holds."""
+    """docs/repro_mrtf.md from what docs/records/repro_mrtf.json holds."""
     results, calls, rounds = {key(r): r for r in saved["results"]}, saved["invocations"], saved["rounds"]
 
     def runs_of(split: str, method: str) -> list[dict]:
@@ -300,15 +300,15 @@ def main() -> None:
                   "lr": args.lr, "momentum": args.momentum, "provenance": source()}
         print(json.dumps(result, indent=2))
         demo_out = out.with_name(out.name + "_demo")
-        demo_out.with_suffix(".json").write_text(json.dumps(result, indent=2))
+        record_file(demo_out, ".json").write_text(json.dumps(result, indent=2))
         demo_out.with_suffix(".md").write_text(demo_page(result))
     if args.plot_only:  # the compare table again, from the saved results
-        out.with_suffix(".md").write_text(compare_page(Store(out.with_suffix(".json"), key).read()))
+        out.with_suffix(".md").write_text(compare_page(Store(record_file(out, ".json"), key).read()))
         return
     if not args.only or "compare" in args.only:
         rounds = args.rounds or 20
         start = time.perf_counter()
-        store = Store(out.with_suffix(".json"), key, header={"rounds": rounds}, match=("rounds",))
+        store = Store(record_file(out, ".json"), key, header={"rounds": rounds}, match=("rounds",))
         saved = store.read() or {}
         earlier = saved.get("invocations", []) if (args.methods or args.splits or args.seeds != [0]) and saved.get("rounds") == rounds else []
         new, failed = run_compare(args, rounds, args.splits or list(SPLITS), args.methods or list(METHODS))

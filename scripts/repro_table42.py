@@ -33,7 +33,7 @@ from pathlib import Path
 from fedray.config import load_config
 from fedray.figures import figure, save_figure
 from fedray.provenance import source
-from fedray.repro import Store, invocation, listing, markdown_table, report_failed, run_specs
+from fedray.repro import Store, invocation, listing, markdown_table, record_file, report_failed, run_specs
 
 from grid_report import runs_line, setup
 
@@ -228,7 +228,7 @@ def write_outputs(saved: dict, out: Path) -> None:
     right.set(xscale="log", xlabel="MB uploaded per client slot (log)")
     right.legend(fontsize=8, loc="lower right")
     seeds = seeds_of(saved["results"])
-    save_figure(fig, out.with_suffix(".png"), dpi=110, title=f"Table 4.2 / Fig. 4.5 scaled: {saved['config']}"
+    save_figure(fig, record_file(out, ".png"), dpi=110, title=f"Table 4.2 / Fig. 4.5 scaled: {saved['config']}"
                 + (f", seed {seeds[0]}" if len(seeds) > 1 else ""))
 
 
@@ -239,7 +239,7 @@ def table(args: argparse.Namespace, config: str, budget: int, methods: list[str]
     paper's; with ``extra`` (the claims' target). Returns the failed trials."""
     out = args.out / f"repro_table42_{Path(config).stem}"
     header = {"config": config, "budget": budget, "eval_every": args.eval_every, "sign_step": args.sign_step}
-    store = Store(out.with_suffix(".json"), key=key, header=header, match=tuple(header))
+    store = Store(record_file(out, ".json"), key=key, header=header, match=tuple(header))
     saved = store.read() or {}
     same = all(saved.get(k) == v for k, v in header.items())
     if args.plot_only:

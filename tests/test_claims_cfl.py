@@ -79,18 +79,18 @@ def test_the_family_option_runs_exactly_the_claims_runs():
 
 
 def _bare():
-    """docs/repro_cfl.json's seed-0 runs as the file was written before seeds, commits and calls were
+    """docs/records/repro_cfl.json's seed-0 runs as the file was written before seeds, commits and calls were
     kept: a bare list of runs without ``seed``, ``provenance``, ``rounds`` and ``wall_s``."""
-    saved = json.loads((ROOT / "docs" / "repro_cfl.json").read_text())
+    saved = json.loads((ROOT / "docs" / "records" / "repro_cfl.json").read_text())
     return [{k: v for k, v in r.items() if k not in ("seed", "provenance", "rounds", "wall_s")}
             for r in saved["results"] if r.get("seed", 0) == 0]
 
 
 def test_the_saved_file_is_the_family_at_one_commit():
-    """docs/repro_cfl.json holds Table 6.2's family (both methods, every scene, seeds 0-4) and Fig. 6.8's
+    """docs/records/repro_cfl.json holds Table 6.2's family (both methods, every scene, seeds 0-4) and Fig. 6.8's
     two runs, every run at one clean commit, and the page is the one written from it."""
     cfl = script("repro_cfl")
-    saved = json.loads((ROOT / "docs" / "repro_cfl.json").read_text())
+    saved = json.loads((ROOT / "docs" / "records" / "repro_cfl.json").read_text())
     assert sorted(map(cfl.key, saved["results"])) == sorted(map(cfl.key, cfl.runs(cfl.FAMILY_SEEDS)))
     assert {(r["provenance"]["commit"], r["provenance"]["dirty"]) for r in saved["results"]} == {
         (saved["invocations"][0]["commit"], False)}
@@ -98,7 +98,7 @@ def test_the_saved_file_is_the_family_at_one_commit():
 
 
 def test_the_saved_bare_list_still_loads():
-    """A docs/repro_cfl.json written before seeds, commits and calls were kept: its runs are seed 0,
+    """A docs/records/repro_cfl.json written before seeds, commits and calls were kept: its runs are seed 0,
     the family is built from them (without verdicts), and in the object form the file now takes they
     give the same page."""
     claims, cfl = script("claims"), script("repro_cfl")

@@ -26,7 +26,8 @@ def _run(experiment, method, alpha, seed, accuracies, up=(), down=()):
 
 def _saved(tmp_path, monkeypatch, runs):
     claims = script("claims")
-    (tmp_path / "repro_distill.json").write_text(json.dumps({"meta": {}, "runs": runs}))
+    (tmp_path / "records").mkdir(exist_ok=True)
+    (tmp_path / "records" / "repro_distill.json").write_text(json.dumps({"meta": {}, "runs": runs}))
     monkeypatch.setattr(claims, "DOCS", tmp_path)
     return claims
 

@@ -33,7 +33,9 @@ def _run(method: str, seed: int, evals: list[dict], commit: str = COMMIT) -> dic
 
 
 def _save(folder, stem: str, runs: list[dict]) -> None:
-    (folder / f"repro_table42_{stem}.json").write_text(json.dumps(
+    """The runs as a docs folder's record of the config ``stem`` (``folder/records/``)."""
+    (folder / "records").mkdir(exist_ok=True)
+    (folder / "records" / f"repro_table42_{stem}.json").write_text(json.dumps(
         {"config": f"configs/{stem}.yaml", "budget": 100, "eval_every": 50, "sign_step": 0.0002, "targets": [0.89],
          "results": runs}))
 
@@ -136,7 +138,7 @@ def test_the_recorded_family_reads_the_saved_runs():
     c, p, *_ = next(r for r in t.rows
                     if (r[0].a, r[0].b) == ("STC p=1/25", "Baseline") and r[0].scene.startswith("logreg"))
     # by hand from the saved page's evaluations: the total MB at the first evaluation at or above 0.82
-    saved = json.loads((claims.DOCS / "repro_table42_repro_thesis_table42_logreg.json").read_text())["results"]
+    saved = json.loads((claims.DOCS / "records" / "repro_table42_repro_thesis_table42_logreg.json").read_text())["results"]
     total = {}
     for r in saved:
         if (e := mod.first_reaching(r["evals"], 0.82)) and r.get("seed", 0) in mod.FAMILY_SEEDS:
@@ -200,7 +202,7 @@ def test_family_runs_exactly_the_family_in_one_call(tmp_path, monkeypatch):
         assert {(s["method"], s["seed"]) for s in todo} == {(m, s) for m in (*mod.PROPOSED, *mod.BASELINES)
                                                             for s in mod.FAMILY_SEEDS}
         assert f"federation.rounds={budget}" in todo[0]["overrides"]  # the Baseline: one iteration a round
-        saved = json.loads((tmp_path / f"repro_table42_{stem}.json").read_text())
+        saved = json.loads((tmp_path / "records" / f"repro_table42_{stem}.json").read_text())
         assert saved["budget"] == budget and saved["targets"] == sorted({mod.PAPER_TARGET, target})
         assert len(saved["results"]) == 40 and {r["seed"] for r in saved["results"]} == set(mod.FAMILY_SEEDS)
         call, = saved["invocations"]
