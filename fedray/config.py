@@ -285,7 +285,7 @@ class PretrainConfig(_Section):
     @classmethod
     def _torchvision_installed(cls, value: str) -> str:
         if value == "torchvision" and importlib.util.find_spec("torchvision") is None:
-            raise ValueError("torchvision is not installed: install fedray's vision extra (bash scripts/setup_vision.sh, "
+            raise ValueError("torchvision is not installed: install fedray's vision extra (bash scripts/setup/vision.sh, "
                              "docs/vision.md), or use pretrain.augment: fedray")
         return value
 

@@ -1,6 +1,6 @@
 """Where a run came from: the fedray commit it ran at, its config's hash and every seed that shaped
 it. ``result.json`` carries it as ``provenance``, so that a table built from runs can check that its
-runs ran at one commit and on the same held-back data (``scripts/claims.py``).
+runs ran at one commit and on the same held-back data (``scripts/repro/claims.py``).
 
 The commit is read from the git checkout fedray is imported from (``git rev-parse HEAD``); ``dirty``
 says whether its tracked files outside ``docs/`` differ from that commit, in which case the commit

@@ -2,7 +2,7 @@
 statistics made from whole uploads as a host makes them; a user's observer; two states compared to
 the bit; a script of scripts/ imported as a module."""
 
-import importlib.util
+import importlib
 import math
 import sys
 from collections import OrderedDict
@@ -121,11 +121,9 @@ def same(a, b) -> bool:
 
 
 def script(name: str):
-    """``scripts/<name>.py`` as a module (the scripts import each other from that folder)."""
-    folder = Path(__file__).resolve().parents[1] / "scripts"
-    sys.path.insert(0, str(folder))
-    spec = importlib.util.spec_from_file_location(name, folder / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module  # its dataclasses look their module up
-    spec.loader.exec_module(module)
-    return module
+    """The script ``scripts/<folder>/<name>.py``, given as ``"folder.name"``, as the module
+    ``scripts.folder.name`` (the scripts import each other so)."""
+    root = str(Path(__file__).resolve().parents[1])
+    if root not in sys.path:
+        sys.path.insert(0, root)
+    return importlib.import_module(f"scripts.{name}")

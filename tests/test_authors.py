@@ -1,4 +1,4 @@
-"""The harness beside the authors' code (scripts/authors.py): what it hands the authors' FedGen is
+"""The harness beside the authors' code (scripts/authors/compare.py): what it hands the authors' FedGen is
 fedray's own input, sample for sample (the split, the test set, the clients of each round), in the
 layout their loader reads. The authors' code itself is not here; docs/authors.md has its runs."""
 
@@ -16,7 +16,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def test_the_fedgen_export_is_fedrays_split_test_set_and_schedule(tmp_path):
-    adapter, repro = script("authors_fedgen"), script("repro_fedgen")
+    adapter, repro = script("authors.fedgen"), script("repro.fedgen")
     spec = repro.spec("table1", "fedavg", 0.1, 3, 4)
     config = load_config(ROOT / "configs" / "fedgen.yaml",
                          [*spec["overrides"], "seed=3", "data.seed=3", "aux.seed=3", "runtime.backend=local"])
@@ -54,12 +54,12 @@ def test_the_fedgen_export_is_fedrays_split_test_set_and_schedule(tmp_path):
 
 
 def test_the_primary_measure_is_the_mean_of_the_top_five_rounds():
-    adapter = script("authors_fedgen")
+    adapter = script("authors.fedgen")
     assert adapter.top5([0.1, 0.9, 0.2, 0.8, 0.3, 0.7, 0.4]) == np.mean([0.9, 0.8, 0.7, 0.4, 0.3])
 
 
 def test_a_row_agrees_only_within_a_point_with_an_interval_that_holds_zero():
-    authors = script("authors")
+    authors = script("authors.compare")
     row = {"diff_mean": 0.4, "diff_ci": [-0.3, 1.1], "cause": ""}
     assert authors.agreement(row) == "agrees"
     assert authors.agreement({**row, "diff_mean": 1.2, "diff_ci": [-0.1, 2.5]}).startswith("open")  # over a point
@@ -72,7 +72,7 @@ def test_fedrays_fedgen_runs_take_the_codes_local_lr_decay_and_the_setup_says_so
 
     from fedray.repro import setup_rows
 
-    adapter = script("authors_fedgen")
+    adapter = script("authors.fedgen")
     paper = adapter.Paper(argparse.Namespace(methods=["fedavg", "fedgen_code"], scenes=["0.1"], seeds=[0, 1], rounds=3))
     specs = paper.specs()
     assert len(specs) == 4 and all("training.lr_decay=0.99" in s["overrides"] for s in specs)
@@ -85,7 +85,7 @@ def test_fedrays_fedgen_runs_take_the_codes_local_lr_decay_and_the_setup_says_so
 
 
 def test_the_page_counts_the_verdicts_and_names_the_settings_that_differ_by_method():
-    authors = script("authors")
+    authors = script("authors.compare")
     base = {"paper": "FedGen", "authors_method": "FedAvg", "scene": "alpha 0.1", "measure": "top-5 mean",
             "authors_repo": "zhuangdizhu/FedGen", "authors_commit": "dd5807c5625404e9", "authors_dirty": False,
             "fedray_commit": "80a9260aaaaaaaaa", "fedray_dirty": False, "seeds": [0, 1], "fedray": [80.0, 82.0],
@@ -116,7 +116,7 @@ def test_a_row_holds_one_fedray_commits_runs_and_the_code_tracker_variant_runs_t
 
     import pytest
 
-    authors, adapter = script("authors"), script("authors_fedgen")
+    authors, adapter = script("authors.compare"), script("authors.fedgen")
     paper = adapter.Paper(argparse.Namespace(methods=["feddistill_code"], scenes=["0.1"], seeds=[0, 1], rounds=3))
     config = load_config(ROOT / "configs" / "fedgen.yaml", paper.specs()[0]["overrides"])
     assert config.algorithm.name == "feddistill" and config.algorithm.table == "code"
@@ -135,7 +135,7 @@ def test_a_row_holds_one_fedray_commits_runs_and_the_code_tracker_variant_runs_t
 def test_causes_rewrites_the_saved_rows_causes_from_causes(tmp_path):
     import json
 
-    authors = script("authors")
+    authors = script("authors.compare")
     path = tmp_path / "authors.json"
     rows = [{"paper": "MrTF", "method": m, "scene": s, "cause": "stale", "diff_mean": d, "diff_ci": [d - 0.5, d + 0.5]}
             for m, s, d in (("mrtf", "alpha 1", -3.0), ("mrtf_code", "alpha 1", 0.1), ("mrtf", "C-bar 5", 0.2),

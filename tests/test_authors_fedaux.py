@@ -1,4 +1,4 @@
-"""The harness beside the authors' FedAUX code (scripts/authors.py, scripts/authors_fedaux.py): what
+"""The harness beside the authors' FedAUX code (scripts/authors/compare.py, scripts/authors/fedaux.py): what
 it hands their code is fedray's own input, sample for sample (the split, D_distill and D^-, the test
 set, the clients of each round) and fedray's initial models, random and pre-trained. The authors'
 code itself is not here; docs/authors.md has its runs."""
@@ -16,7 +16,7 @@ from tests.support import script
 
 
 def test_the_fedaux_export_is_fedrays_split_aux_data_test_set_schedule_and_initial_models(tmp_path):
-    adapter, repro = script("authors_fedaux"), script("repro_fedaux")
+    adapter, repro = script("authors.fedaux"), script("repro.fedaux")
     spec = next(s for s in repro.runs(3) if s["experiment"] == "claim" and s["method"] == "fedaux" and s["rate"] == 0.4)
     # the claim's config at seed 3, made small: a tenth of the data, one epoch of pre-training
     config = load_config(repro.CONFIG, [*spec["overrides"], *repro.seed_overrides("claim", 3), "runtime.backend=local",
@@ -60,7 +60,7 @@ def test_the_fedaux_export_is_fedrays_split_aux_data_test_set_schedule_and_initi
 
 
 def test_the_measure_is_repro_fedauxs_primary_on_both_sides():
-    adapter, repro = script("authors_fedaux"), script("repro_fedaux")
+    adapter, repro = script("authors.fedaux"), script("repro.fedaux")
     assert repro.PRIMARY == "best"  # Table I's: the maximum accuracy over the rounds
     assert adapter._measure([0.5, 0.7, 0.6], "best") == 100 * 0.7
     assert adapter._measure([0.5, 0.7, 0.6], "final") == 100 * 0.6

@@ -1,4 +1,4 @@
-"""The harness beside the authors' MrTF code (scripts/authors.py mrtf): what it hands their code is
+"""The harness beside the authors' MrTF code (scripts/authors/compare.py mrtf): what it hands their code is
 fedray's own input (the split, the test set, the clients of each round, the initial model) and
 fedray's model. The authors' code itself is not here; docs/authors.md has its runs."""
 
@@ -16,7 +16,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def test_the_mrtf_export_is_fedrays_split_test_set_schedule_and_initial_model(tmp_path):
-    adapter, repro = script("authors_mrtf"), script("repro_mrtf")
+    adapter, repro = script("authors.mrtf"), script("repro.mrtf")
     config = load_config(ROOT / "configs" / "mrtf.yaml",
                          [*repro.SPLITS["alpha 1"], *repro.METHODS["mrtf_code"][1], "federation.rounds=3", "seed=3",
                           "data.seed=3", "data.train_limit=6000", "data.test_limit=2000",
@@ -53,4 +53,4 @@ def test_the_mrtf_export_is_fedrays_split_test_set_schedule_and_initial_model(tm
 
 
 def test_the_primary_measure_is_the_final_round():
-    assert script("authors_mrtf").final([0.1, 0.5, 0.4]) == 40.0
+    assert script("authors.mrtf").final([0.1, 0.5, 0.4]) == 40.0

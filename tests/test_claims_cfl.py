@@ -1,5 +1,5 @@
-"""Thesis Table 6.2 as a family of claims (scripts/claims.py's cfl_family): CFL against FL in each of
-the four scenes, paired by seed, on the benign clients' final accuracy; and scripts/repro_cfl.py's
+"""Thesis Table 6.2 as a family of claims (scripts/repro/claims.py's cfl_family): CFL against FL in each of
+the four scenes, paired by seed, on the benign clients' final accuracy; and scripts/repro/cfl.py's
 JSON, page and summary from runs of several seeds, with the old bare list of seed-0 runs still read."""
 
 import copy
@@ -35,7 +35,7 @@ RUNS = (_runs("byzantine", "CFL", [80, 82, 81, 83, 79]) + _runs("byzantine", "FL
 
 
 def test_the_family_is_cfl_against_fl_in_four_scenes_paired_by_seed():
-    claims, cfl = script("claims"), script("repro_cfl")
+    claims, cfl = script("repro.claims"), script("repro.cfl")
     assert (cfl.PROPOSED, cfl.BASELINES, cfl.PRIMARY) == ("CFL", ("FL",), "final_benign")
     assert cfl.FAMILY_SEEDS == (0, 1, 2, 3, 4)
     family = claims.cfl_family(RUNS)
@@ -61,14 +61,14 @@ def test_the_family_is_cfl_against_fl_in_four_scenes_paired_by_seed():
 
 
 def test_runs_of_two_commits_do_not_make_the_family():
-    claims = script("claims")
+    claims = script("repro.claims")
     mixed = [r for r in RUNS if r["experiment"] != "table62/none"] + _runs("none", "CFL", [87, 88], commit="d" * 40) \
         + _runs("none", "FL", [86, 88])
     assert "ran at 2 commits" in claims.test(claims.cfl_family(mixed)).refused
 
 
 def test_the_family_option_runs_exactly_the_claims_runs():
-    cfl = script("repro_cfl")
+    cfl = script("repro.cfl")
     specs = [s for s in cfl.runs(cfl.FAMILY_SEEDS) if s["experiment"].startswith("table62/")]
     assert len(specs) == 4 * 2 * 5 and {s["method"] for s in specs} == {cfl.PROPOSED, *cfl.BASELINES}
     assert {(s["experiment"], s["seed"]) for s in specs} == {
@@ -89,7 +89,7 @@ def _bare():
 def test_the_saved_file_is_the_family_at_one_commit():
     """docs/records/repro_cfl.json holds Table 6.2's family (both methods, every scene, seeds 0-4) and Fig. 6.8's
     two runs, every run at one clean commit, and the page is the one written from it."""
-    cfl = script("repro_cfl")
+    cfl = script("repro.cfl")
     saved = json.loads((ROOT / "docs" / "records" / "repro_cfl.json").read_text())
     assert sorted(map(cfl.key, saved["results"])) == sorted(map(cfl.key, cfl.runs(cfl.FAMILY_SEEDS)))
     assert {(r["provenance"]["commit"], r["provenance"]["dirty"]) for r in saved["results"]} == {
@@ -101,7 +101,7 @@ def test_the_saved_bare_list_still_loads():
     """A docs/records/repro_cfl.json written before seeds, commits and calls were kept: its runs are seed 0,
     the family is built from them (without verdicts), and in the object form the file now takes they
     give the same page."""
-    claims, cfl = script("claims"), script("repro_cfl")
+    claims, cfl = script("repro.claims"), script("repro.cfl")
     saved = _bare()
     assert isinstance(saved, list) and cfl.results_of(saved) is saved
     assert {cfl.key(r)[2] for r in saved} == {0}
@@ -114,7 +114,7 @@ def test_the_saved_bare_list_still_loads():
 def test_a_run_of_the_script_converts_the_bare_list_and_keeps_its_runs(tmp_path):
     from fedray.repro import Store
 
-    cfl = script("repro_cfl")
+    cfl = script("repro.cfl")
     saved = _bare()
     path = tmp_path / "repro_cfl.json"
     path.write_text(json.dumps(saved))
@@ -144,7 +144,7 @@ def _seeded(saved, seeds=(0, 1, 2)):
 
 
 def test_the_page_and_the_summary_show_the_mean_over_seeds():
-    cfl, docs = script("repro_cfl"), script("docs")
+    cfl, docs = script("repro.cfl"), script("docs.generate")
     saved = _bare()
     runs = _seeded(saved)
     call = {"only": [], "jobs": 2, "rounds": None, "runs": 24, "wall_s": 600.0, "seeds": [0, 1, 2], "family": True,
@@ -158,7 +158,7 @@ def test_the_page_and_the_summary_show_the_mean_over_seeds():
     assert "(CNN); seeds 0-2, each the run's seed and the split's" in text
     assert "| splits | 30 | 1 | 1 | 0 |" in text
     assert "Runs: commit `ccccccccc`." in text and "**What holds** (4 claims" in text
-    assert "Written by `scripts/repro_cfl.py`: 24 runs (`--family`, seeds 0-2) in 10.0 min with 2 trials at once on " \
+    assert "Written by `scripts/repro/cfl.py`: 24 runs (`--family`, seeds 0-2) in 10.0 min with 2 trials at once on " \
         "a CPU at commit `ccccccccc`." in text
     cell = docs.cfl62({"invocations": [call], "results": runs})
     assert cell.startswith("FL / CFL final accuracy of the benign clients, %, mean of seeds 0-2: Byzantine "

@@ -1,4 +1,4 @@
-"""The claims of the thesis's chapter 5 (scripts/claims.py): Table 5.1's family (Dual Distill against the
+"""The claims of the thesis's chapter 5 (scripts/repro/claims.py): Table 5.1's family (Dual Distill against the
 other init modes, by seed) and Table 5.2's (each CFD variant against FD and FedAvg, on the MB to a target
 accuracy as log10 of their ratio, a seed that never reaches the target left out of its pair), from tiny
 hand-made runs whose values are known."""
@@ -16,7 +16,7 @@ def _provenance(seed, commit="c" * 40):
 
 
 def _run(experiment, method, alpha, seed, accuracies, up=(), down=()):
-    """A run as repro_distill.py saves it: one record a round (accuracy as a fraction; cumulative bytes over
+    """A run as repro/distill.py saves it: one record a round (accuracy as a fraction; cumulative bytes over
     the participants of 8-client rounds), its seed and provenance."""
     history = [{"round": i + 1, "accuracy": a, "bytes_up_total": up[i] if up else 0,
                 "bytes_down_total": down[i] if down else 0} for i, a in enumerate(accuracies)]
@@ -25,7 +25,7 @@ def _run(experiment, method, alpha, seed, accuracies, up=(), down=()):
 
 
 def _saved(tmp_path, monkeypatch, runs):
-    claims = script("claims")
+    claims = script("repro.claims")
     (tmp_path / "records").mkdir(exist_ok=True)
     (tmp_path / "records" / "repro_distill.json").write_text(json.dumps({"meta": {}, "runs": runs}))
     monkeypatch.setattr(claims, "DOCS", tmp_path)
@@ -33,7 +33,7 @@ def _saved(tmp_path, monkeypatch, runs):
 
 
 def test_table51_is_dual_distill_against_both_other_modes_at_every_alpha_by_seed(tmp_path, monkeypatch):
-    mod = script("repro_distill")
+    mod = script("repro.distill")
     # mode m at alpha a, seed s: a maximum of 80 + mode index + s / 10 (Dual Distill, index 2, is highest)
     runs = [_run("table51", m, a, s, [0.5, (80 + i + s / 10) / 100, 0.6])
             for i, m in enumerate(mod.MODES) for a in mod.ALPHAS51 for s in (0, 1, 2)]
@@ -55,7 +55,7 @@ def test_table51_is_dual_distill_against_both_other_modes_at_every_alpha_by_seed
 
 
 def test_table52_measure_is_log10_of_the_mb_to_the_target():
-    claims = script("claims")
+    claims = script("repro.claims")
     # 8 clients a round: 8e6 bytes over the participants are 1 MB per client; the target (81%) first in round 2
     r = {**_run("table52", "fd", 100.0, 0, [0.5, 0.82, 0.9], up=[8e6, 16e6, 24e6], down=[0, 8e6, 16e6]),
          "target": 81.0}
@@ -69,7 +69,7 @@ def test_table52_measure_is_log10_of_the_mb_to_the_target():
 
 
 def test_a_seed_that_never_reaches_the_target_is_left_out_of_its_pair():
-    claims = script("claims")
+    claims = script("repro.claims")
     a = {s: {**_run("table52", "cfd_1_1", 0.1, s, [0.7], up=[8e4], down=[8e4]), "target": 63.0} for s in (0, 1, 2)}
     b = {s: {**_run("table52", "fedavg", 0.1, s, [0.7 if s != 1 else 0.5], up=[8e6], down=[8e6]), "target": 63.0}
          for s in (0, 1, 2)}
@@ -87,7 +87,7 @@ def test_a_seed_that_never_reaches_the_target_is_left_out_of_its_pair():
 
 
 def test_table52_is_each_cfd_variant_against_fd_and_fedavg_at_every_alpha(tmp_path, monkeypatch):
-    mod = script("repro_distill")
+    mod = script("repro.distill")
     # a method's run reaches every alpha's target in round 1 with (index + 1) MB per client up and none down
     runs = [_run("table52", m, a, s, [0.9], up=[(i + 1) * 8e6]) for i, m in enumerate(mod.METHODS52)
             for a in mod.ALPHAS52 for s in (0, 1)]
@@ -107,7 +107,7 @@ def test_table52_is_each_cfd_variant_against_fd_and_fedavg_at_every_alpha(tmp_pa
 
 
 def test_seed_zero_keeps_its_key_and_the_family_runs_both_tables_on_five_seeds():
-    mod = script("repro_distill")
+    mod = script("repro.distill")
     spec = {"experiment": "table51", "method": "dual", "alpha": 1.0, "archs": "one", "lr": None}
     assert mod.key({**spec, "seed": 0}) == mod.key(spec) == "table51/dual/1/one/"
     assert mod.key({**spec, "seed": 3}) == "table51/dual/1/one//seed3"
@@ -118,7 +118,7 @@ def test_seed_zero_keeps_its_key_and_the_family_runs_both_tables_on_five_seeds()
 
 
 def test_the_page_shows_the_mean_over_seeds_and_how_many_reached_the_target():
-    rep = script("distill_report")
+    rep = script("repro.distill_page")
     assert rep.spread([81.0], rep.f1) == "81.0" and rep.spread([80.0, 82.0], rep.f1) == "81.0 ± 1.4"
     assert rep.spread([], rep.f1, "n.r.") == "n.r."
     assert rep.reached_text([4], 1) == "4" and rep.reached_text([4, 6], 3) == "4-6; 2 of 3 seeds"
@@ -126,7 +126,7 @@ def test_the_page_shows_the_mean_over_seeds_and_how_many_reached_the_target():
 
 
 def test_a_claim_cannot_go_the_way_of_the_side_that_missed_the_target():
-    claims = script("claims")
+    claims = script("repro.claims")
 
     def side(method, mb, reach):
         """Five seeds; seed s sends mb * (1 + s / 10) MB per client up, none down; accuracy 0.7 where reach(s)."""

@@ -1,7 +1,7 @@
-"""Thesis Table 4.2 as a family of claims (scripts/claims.py's table42_family): each STC variant against
+"""Thesis Table 4.2 as a family of claims (scripts/repro/claims.py's table42_family): each STC variant against
 every other method of the table, in both configs, on the MB to each config's target compared as
 log10(MB_B / MB_A); a seed where either side never reaches the target is left out of that pair.
-Exact values on hand-made runs, and the seeds and the ``--family`` call of scripts/repro_table42.py."""
+Exact values on hand-made runs, and the seeds and the ``--family`` call of scripts/repro/table42.py."""
 
 import json
 import math
@@ -43,7 +43,7 @@ def _save(folder, stem: str, runs: list[dict]) -> None:
 def _family(tmp_path, monkeypatch, cost, seeds=(0, 1, 2)):
     """The family from hand-made runs of both configs: ``cost(stem, method, seed)`` gives a run's MB up and
     down to the config's target, or None where it never reaches it."""
-    claims, mod = script("claims"), script("repro_table42")
+    claims, mod = script("repro.claims"), script("repro.table42")
     for stem, (_, target) in mod.FAMILY.items():
         runs = []
         for m in mod.METHODS:
@@ -56,7 +56,7 @@ def _family(tmp_path, monkeypatch, cost, seeds=(0, 1, 2)):
 
 
 def test_the_measure_is_the_log_ratio_of_the_mb_to_the_target():
-    claims, mod = script("claims"), script("repro_table42")
+    claims, mod = script("repro.claims"), script("repro.table42")
     target = 0.8
     # A (STC) first reaches 0.8 after 2 MB up and 18 down; B after 100 up and 100 down: 10 times A's total
     a = claims.table42_runs({"results": [_run("STC p=1/25", 0, _evals(0.81, 2.0, 18.0, target))]}, target)[0]
@@ -122,7 +122,7 @@ def test_a_seed_where_one_side_never_reaches_the_target_is_left_out_of_that_pair
 
 
 def test_runs_of_two_commits_do_not_make_the_family(tmp_path, monkeypatch):
-    claims, mod = script("claims"), script("repro_table42")
+    claims, mod = script("repro.claims"), script("repro.table42")
     for i, (stem, (_, target)) in enumerate(mod.FAMILY.items()):
         # each config's call at its own commit: the family is not built
         _save(tmp_path, stem, [_run(m, s, _evals(target, 1.0, 1.0, target), commit=str(i) * 40)
@@ -132,7 +132,7 @@ def test_runs_of_two_commits_do_not_make_the_family(tmp_path, monkeypatch):
 
 
 def test_the_recorded_family_reads_the_saved_runs():
-    claims, mod = script("claims"), script("repro_table42")
+    claims, mod = script("repro.claims"), script("repro.table42")
     t = claims.test(claims.table42_family())
     assert not t.refused and len(t.rows) == 30
     c, p, *_ = next(r for r in t.rows
@@ -150,7 +150,7 @@ def test_the_recorded_family_reads_the_saved_runs():
 
 
 def test_a_seed_sets_the_split_and_the_run(monkeypatch):
-    mod = script("repro_table42")
+    mod = script("repro.table42")
     import fedray.repro
     from fedray.sweeps import plan
 
@@ -172,7 +172,7 @@ def test_a_seed_sets_the_split_and_the_run(monkeypatch):
 
 
 def test_the_page_gives_the_mean_over_the_seeds_that_reach_a_target():
-    mod = script("repro_table42")
+    mod = script("repro.table42")
     runs = [_run("STC p=1/25", 0, _evals(0.8, 2.0, 20.0, 0.8)), _run("STC p=1/25", 1, _evals(0.8, 4.0, 40.0, 0.8)),
             _run("STC p=1/25", 2, _evals(None, 4.0, 40.0, 0.8))]
     row = mod.row("STC p=1/25", runs, [0.8, 0.85], 10)
@@ -185,7 +185,7 @@ def test_the_page_gives_the_mean_over_the_seeds_that_reach_a_target():
 
 
 def test_family_runs_exactly_the_family_in_one_call(tmp_path, monkeypatch):
-    mod = script("repro_table42")
+    mod = script("repro.table42")
     calls = []
 
     def run(config, todo, sweep, jobs):
@@ -193,7 +193,7 @@ def test_family_runs_exactly_the_family_in_one_call(tmp_path, monkeypatch):
         return {mod.key(s): _run(s["method"], s["seed"], _evals(0.9, 1.0, 1.0, 0.8)) for s in todo}, []
 
     monkeypatch.setattr(mod, "run", run)
-    monkeypatch.setattr(sys, "argv", ["repro_table42.py", "--family", "--jobs", "2", "--out", str(tmp_path),
+    monkeypatch.setattr(sys, "argv", ["table42.py", "--family", "--jobs", "2", "--out", str(tmp_path),
                                       "--sweep", str(tmp_path / "sweep")])
     mod.main()
     assert [c[0].name for c in calls] == [f"{stem}.yaml" for stem in mod.FAMILY]

@@ -1,4 +1,4 @@
-"""Every reproduction number in docs/ is what scripts/docs.py generates from the recorded runs' JSON:
+"""Every reproduction number in docs/ is what scripts/docs/generate.py generates from the recorded runs' JSON:
 each reproduction page, the summary table, the notes and the claims table of docs/reproductions.md. A
 changed run, or a hand-edited number, fails here."""
 
@@ -12,7 +12,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def test_every_generated_page_is_what_its_json_gives():
-    docs = script("docs")
+    docs = script("docs.generate")
     pages = docs.generated()
     # every reproduction page the docs link to is generated, and every JSON behind one exists; the
     # comparison with the authors' code (docs/authors.md) only once its runs are recorded
@@ -21,11 +21,11 @@ def test_every_generated_page_is_what_its_json_gives():
         expected.discard("authors.md")
     assert {p.name for p in pages} == expected
     differ = [str(path.relative_to(ROOT)) for path, text in pages.items() if path.read_text() != text]
-    assert not differ, f"run: python scripts/docs.py --write ({', '.join(differ)})"
+    assert not differ, f"run: python scripts/docs/generate.py --write ({', '.join(differ)})"
 
 
 def test_a_hand_edited_number_is_found(tmp_path, monkeypatch):
-    docs = script("docs")
+    docs = script("docs.generate")
     page = docs.DOCS / "repro_fig41.md"
     saved = json.loads((docs.DOCS / "records" / "repro_fig41.json").read_text())
     text = docs.generated()[page]
@@ -46,7 +46,7 @@ def _runs(values, commit="c" * 40, aux=None):
 
 
 def test_a_family_is_tested_at_its_corrected_level_from_one_commit():
-    claims = script("claims")
+    claims = script("repro.claims")
     steady = claims.Claim("A", "B", "s", _runs([52.0, 53.0, 51.0, 52.5, 51.5]), _runs([50.0] * 5))
     one = claims.test(claims.Family("one", "x.json", "final", "best", [steady]))
     assert one.commit == "c" * 40 and one.level == 0.95 and one.rows[0][3] == "holds"
@@ -69,7 +69,7 @@ def test_a_family_is_tested_at_its_corrected_level_from_one_commit():
 
 
 def test_the_claims_table_words_each_claim_by_its_corrected_interval():
-    results = {t.family.title.split(",")[0]: t for t in script("claims").tested()}
+    results = {t.family.title.split(",")[0]: t for t in script("repro.claims").tested()}
     # every headline comparison of each table: both FedAUX variants against the 8 baselines at 3 C ...
     assert set(results) == {"FedAUX", "MrTF", "FedGen", "Thesis Table 6.2", "Thesis Table 5.1", "Thesis Table 5.2",
                             "Thesis Table 4.2"}
@@ -142,7 +142,7 @@ def test_the_claims_table_words_each_claim_by_its_corrected_interval():
 def test_the_notes_are_computed_from_the_json(monkeypatch):
     """The notes of reproductions.md (between their markers) come from the runs: a moved number moves them,
     and outside the generated block the notes type no number of their own."""
-    docs = script("docs")
+    docs = script("docs.generate")
     text = (docs.DOCS / docs.SUMMARY).read_text()
     block = text[text.index(docs.NOTES_START):text.index(docs.NOTES_END)]
     assert block.strip() == "\n".join([docs.NOTES_START, *docs.notes()])
@@ -154,7 +154,7 @@ def test_the_notes_are_computed_from_the_json(monkeypatch):
     assert "`repro_distill.json` (lrcheck, compare)" in said["commit `2cdff89ea`"]
     assert "`repro_distill.json` (table51, table52)" in said["commit `5a51bc52f`"]
     saved = docs.load("repro_cfl.json")
-    byzantine = next(r for r in script("repro_cfl").results_of(saved)
+    byzantine = next(r for r in script("repro.cfl").results_of(saved)
                      if r["experiment"] == "table62/byzantine" and r["method"] == "CFL")
     before = "\n".join(docs.notes())
     for h in byzantine["history"]:
@@ -170,7 +170,7 @@ def test_the_notes_are_computed_from_the_json(monkeypatch):
 def test_each_table_of_a_file_names_its_own_commit():
     """A file's runs are grouped by their table (``experiment``); tables at one commit share its text, a
     table whose runs do not make one says so, and MrTF's runs are named by their table on repro_mrtf.md."""
-    docs = script("docs")
+    docs = script("docs.generate")
     fig7 = [{**r, "experiment": "Fig. 7"} for r in _runs([50.0, 51.0]).values()]
     ablation = [{**r, "experiment": "ablation"} for r in _runs([40.0], commit="d" * 40).values()]
     assert docs.table_commits(fig7 + ablation, "f.json") == {"commit `ccccccccc`": ["Fig. 7"],
@@ -188,7 +188,7 @@ def test_mrtfs_two_tables_each_at_its_commit_and_the_diverged_run_counted_at_cha
     """The recorded MrTF runs: Fig. 7's claims from one call, the ablation from another, each at one
     commit, the summary saying both; the code's MrTF with feedback at alpha 0.1, seed 0 diverged in
     round 9 and counts at chance on the page."""
-    docs = script("docs")
+    docs = script("docs.generate")
     from fedray.repro import final_value
 
     saved = docs.load("repro_mrtf.json")
@@ -205,7 +205,7 @@ def test_fedgens_tables_each_at_one_commit():
     """FedGen's Table 1 holds only the claims' methods (one call at 5a51bc5); the code's rules one at a
     time are their own table (``rules``, one call at eb54c53), each variant paired with the same call's
     FedGen and FedAvg; Tables 2 and 4 ran in one call at eb54c53, every method of Table 4 on 3 seeds."""
-    docs, repro = script("docs"), script("repro_fedgen")
+    docs, repro = script("docs.generate"), script("repro.fedgen")
     saved = docs.load("repro_fedgen.json")
     texts = docs.table_commits(saved["results"], "repro_fedgen.json")
     assert texts["commit `5a51bc52f`"] == ["table1"] and texts["commit `eb54c53b0`"] == ["table4", "table2", "rules"]

@@ -1,11 +1,10 @@
-"""The paper-scale configs (configs/paper) and their sweep (scripts/paper_scale.py): each config is a
+"""The paper-scale configs (configs/paper) and their sweep (scripts/repro/paper_scale.py): each config is a
 valid Config with the values its paper states, its opening comment says what it follows and needs,
 ``fedray check`` refuses it in one line naming the missing data when the data are absent (an empty
 data root: nothing is faked), and the sweep's dry run lists every method of each headline table
 with the paper's settings, without data, Ray or a GPU."""
 
 import importlib.util
-import sys
 from pathlib import Path
 
 import pytest
@@ -16,6 +15,7 @@ from fedray.data import DatasetNotFoundError, check_dataset
 from fedray.data.auxiliary import aux_source
 from fedray.plugins import is_import_path
 from fedray.preflight import check_data
+from tests.support import script
 
 ROOT = Path(__file__).resolve().parents[1]
 PAPER = ROOT / "configs" / "paper"
@@ -122,10 +122,8 @@ def test_check_names_the_missing_data(name, tmp_path, monkeypatch, capsys):
 
 
 def paper_scale():
-    """scripts/paper_scale.py as a module (it imports the reproduction scripts beside it)."""
-    if str(ROOT / "scripts") not in sys.path:
-        sys.path.insert(0, str(ROOT / "scripts"))
-    return importlib.import_module("paper_scale")
+    """scripts/repro/paper_scale.py as a module."""
+    return script("repro.paper_scale")
 
 
 def test_the_sweeps_dry_run_lists_every_method_of_each_table(capsys):

@@ -1,6 +1,6 @@
 """The cluster rehearsal (scripts/cluster/rehearse.py, docs/cluster.md): Ray's own cluster launcher
 drives a head and two workers, each a network namespace of this machine with its own address, /tmp,
-home and sshd. Needs root, ``ip netns``, openssh-server and rsync (``scripts/setup_cluster.sh``
+home and sshd. Needs root, ``ip netns``, openssh-server and rsync (``scripts/setup/cluster.sh``
 installs the last two); skipped, with the reason, where the machine cannot hold the hosts."""
 
 import json

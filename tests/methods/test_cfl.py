@@ -240,7 +240,7 @@ def test_privacy_transform_changes_no_decision(fmnist, swapped, privacy):
 def test_robust_cfl_removes_every_adversary_and_no_benign_client(tmp_path, adversaries, rounds):
     """Table 6.2's setting scaled to 20 clients (6 adversaries): label-flip clients share a distribution
     and leave in one split, each Byzantine client needs its own, clean data never splits. (Noisy
-    clients need more data per client to separate: scripts/repro_cfl.py shows them.)"""
+    clients need more data per client to separate: scripts/repro/cfl.py shows them.)"""
     from fedray.assembly import assemble
     from fedray.federation import Federation
 

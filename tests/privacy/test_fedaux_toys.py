@@ -1,24 +1,11 @@
 """The iris toy of FedAUX's certainty weighting (TNNLS Fig. 2, thesis Fig. 7.2: 33% mean vs 88%
-KDE-weighted), scripts/fedaux_toys.py: the DP logistic scorer of fedray.privacy.certainty at work."""
-
-import importlib.util
-import sys
-from pathlib import Path
+KDE-weighted), scripts/repro/toy_ensemble.py: the DP logistic scorer of fedray.privacy.certainty at work."""
 
 import pytest
 
+from tests.support import script
 
-def load_script_module(name: str):
-    """A module of scripts/ (not a package), imported from its file."""
-    path = Path(__file__).resolve().parents[2] / "scripts" / f"{name}.py"
-    spec = importlib.util.spec_from_file_location(name, path)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module  # dataclasses look their module up there
-    spec.loader.exec_module(module)
-    return module
-
-
-iris_toy = load_script_module("fedaux_toys").iris_toy
+iris_toy = script("repro.toy_ensemble").iris_toy
 
 
 @pytest.mark.parametrize("seed", [0, 1, 2])

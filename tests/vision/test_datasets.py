@@ -144,7 +144,7 @@ def test_an_archive_in_a_folder_that_cannot_be_written_is_unpacked_into_the_cach
 
 
 @pytest.mark.skipif(not os.path.isfile(f"{FASHION}/train-images-idx3-ubyte.gz"),
-                    reason="Debian's dataset-fashion-mnist is not installed (scripts/setup_vision.sh installs it)")
+                    reason="Debian's dataset-fashion-mnist is not installed (scripts/setup/vision.sh installs it)")
 def test_fashion_mnist_through_torchvision_equals_fedrays_own_reader(tmp_path):
     """torchvision's FashionMNIST reads un-gzipped idx files from ROOT/FashionMNIST/raw; a raw folder
     with the gzipped files only (Debian's) is unpacked there first. The images are fedray's own

@@ -16,7 +16,7 @@ def test_torchvision_augmentations_are_a_config_error():
     with pytest.raises(ConfigError) as caught:
         build_config({"pretrain": {"augment": "torchvision"}})
     assert str(caught.value) == ("bad config value pretrain.augment = 'torchvision': torchvision is not installed: "
-                                 "install fedray's vision extra (bash scripts/setup_vision.sh, docs/vision.md), "
+                                 "install fedray's vision extra (bash scripts/setup/vision.sh, docs/vision.md), "
                                  "or use pretrain.augment: fedray")
 
 

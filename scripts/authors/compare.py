@@ -1,0 +1,371 @@
+"""fedray beside the authors' own code: the same splits, model, hyperparameters, rounds, client
+schedule and test set, run through fedray and through a checkout of the paper's public
+implementation; for each method, the paired difference fedray minus authors of the paper's primary
+measure, per seed that varies the split.
+
+    git clone https://github.com/zhuangdizhu/FedGen /path/to/FedGen
+    python scripts/authors/compare.py fedgen --checkout /path/to/FedGen      # likewise mrtf (lxcnju/MrTF), fedaux (fedl-repo/fedaux)
+    python scripts/authors/compare.py fedgen --checkout /path/to/FedGen --methods fedavg fedgen --scenes 0.1 --seeds 0 1
+    python scripts/authors/compare.py causes     # docs/records/authors.json's causes rewritten from CAUSES, nothing run
+
+fedl-repo/fedaux keeps SimCLR checkpoints (``checkpoints/*.pth``) that a mirror may lack and that these
+runs never read; a sparse checkout leaves them out and keeps the tree clean (the rows record whether it
+was): ``git clone --no-checkout URL fedaux && cd fedaux && git sparse-checkout set --no-cone '/*'
+'!/checkpoints/*.pth' && git checkout main``.
+
+Per call: fedray's runs as a sweep (``fedray.repro.run_specs``, the reproduction script's specs)
+into ``--work``/fedray; then each seed's inputs, exported from the config of that seed's fedray
+run (``scripts/authors/<paper>.py``, ``export``) into ``--work``/setup; then the authors' runs, one
+process each, ``--jobs`` at once, into ``--work``/authors (a stopped call resumes: finished runs
+are kept). The authors' code runs unchanged from its checkout: the adapter only swaps at run time
+what the docs list (unused imports, the client draw, where results go) and adds fedray's measure.
+
+The rows go to ``docs/records/authors.json`` (a row per paper, method and scene; a new row replaces the
+saved one), and ``scripts/docs/generate.py`` writes docs/authors.md from them. A row names the commit its
+fedray runs carry; runs of one row made at two commits (a resumed sweep) make no row.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import json
+import os
+import re
+import subprocess
+import sys
+import time
+from typing import Iterable
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+# run as a file, it imports the adapters as scripts.authors.*, with the project's root in place of
+# this folder: an adapter's file (mrtf.py) would shadow the authors' module of the same name
+if sys.path and Path(sys.path[0]).resolve() == Path(__file__).resolve().parent:
+    sys.path.pop(0)
+sys.path.insert(0, str(ROOT))
+
+from fedray.repro import Store, cpu_model  # noqa: E402
+from fedray.stats import paired  # noqa: E402
+
+OUT = ROOT / "docs" / "records" / "authors.json"
+# what a difference's cause is, once found: (paper, method) -> text; empty where the two agree
+CAUSES: dict[tuple[str, str], str] = {
+    ("MrTF", "mrtf"): "the paper's rules against the code's: fedray's mrtf is the paper's MrTF (eq. 6 over the whole "
+                      "set with tau 4, eq. 10, CLR from round 6, Adam lr 3e-4, the refined model broadcast); under the "
+                      "code's rules (mrtf_code) fedray agrees with the code",
+    ("MrTF", "al"): "the paper's rules against the code's: fedray's al is the paper's AL (Adam lr 3e-4, the refined model "
+                    "broadcast); under the code's FedDF rules (al_code: targets softened to the power 0.75, Adam lr 1e-3 "
+                    "with a cosine schedule and clipping, the plain aggregate broadcast) fedray agrees with the code",
+    ("FedAUX", "fedaux"): "the paper's rules against the code's: fedray's fedaux fits the certainty scorer under the "
+                          "paper's J with lambda / N (eq. 7.7), whose weights (norm about 1) lie below the privacy "
+                          "noise, so the scores hardly rank; the code fits sklearn's C = 1 / lambda (norm 34-42), and "
+                          "under that rule (fedaux_code, fedaux_code_gamma) fedray agrees with the code",
+    ("FedGen", "fedgen"): "the rule the code means against what it computes: fedray's fedgen weighs each user's "
+                          "cross-entropy on G(eps, y) by its share of label y, per sample (`teacher: counts`); the "
+                          "code multiplies each user's mean cross-entropy by its mean label weight over the batch, a "
+                          "(B,) by (B, 1) product that broadcasts to B x B (`serverpFedGen.py`); under what the code "
+                          "computes (fedgen_code) fedray agrees with the code"}
+for _m in ("feddistill", "feddistill_plus"):
+    CAUSES["FedGen", _m] = (
+        f"the paper's rules against the code's: fedray's {_m} builds each round's label-wise logit table from that "
+        "round's users that saw the label (`table: round`); the code's tracker sums a user's logits over every "
+        "round it trained, its counts starting at 1, and averages every user's vector of every label, zero vectors "
+        "included (`userFedDistill.py`, `serverFedDistill.py`); under the code's table "
+        f"({_m}_code) fedray agrees with the code")
+# FedAUX's baselines: the paper trains each client from the broadcast model (Alg. 1, theta_i <- train(theta, D_i))
+# and says nothing of optimiser state between rounds; its code keeps every Adam for the whole run
+for _m, _what in (("fedavg", ""), ("fedprox", ""), ("feddf", " and one for each distillation"), ("fedavg_p", ""),
+                  ("fedprox_p", ""), ("feddf_p", " and one for each distillation")):
+    CAUSES["FedAUX", _m] = (
+        f"the paper's rules against the code's: fedray's {_m} starts a fresh Adam for each local training{_what} "
+        f"and weights the mean by |D_i|; the code keeps one Adam per client{' and one per server model' if _what else ''} "
+        f"for the whole run and averages unweighted (`fl_devices.py:53`{', `:131`' if _what else ''}, `:148-152`); under "
+        f"the code's rules ({_m}_code) fedray agrees with the code")
+
+
+def checkout_commit(path: Path) -> tuple[str, bool]:
+    """The commit of the authors' checkout and whether its tracked files differ from it."""
+    head = subprocess.run(["git", "-C", str(path), "rev-parse", "HEAD"], capture_output=True, text=True)
+    if head.returncode != 0:
+        raise SystemExit(f"{path}: not a git checkout of the authors' code (git rev-parse HEAD failed); clone it")
+    status = subprocess.run(["git", "-C", str(path), "status", "--porcelain", "--untracked-files=no"],
+                            capture_output=True, text=True)
+    return head.stdout.strip(), bool(status.stdout.strip())
+
+
+# a paper's adapter: scripts/authors/<key>.py, whose ``Paper(args)`` gives the methods and scenes, runs
+# fedray's side and reads the measure of both sides (scripts.authors.fedgen.Paper is the model)
+PAPERS = {"fedgen": "scripts.authors.fedgen", "mrtf": "scripts.authors.mrtf", "fedaux": "scripts.authors.fedaux"}
+
+
+def run_authors(paper, checkout: Path, fedray: dict, work: Path, jobs: int) -> dict[tuple[str, float, int], dict]:
+    """Export each seed's inputs from its fedray run and run the authors' methods on them (one
+    process a run, ``jobs`` at once; finished runs are read back). Returns (method, scene, seed) ->
+    the adapter's result."""
+    adapter = paper.adapter
+    setups = {}
+    for (method, scene, seed), (_, _, config, _) in sorted(fedray.items(), key=str):
+        folder = work / "setup" / f"{scene}-seed{seed}".replace(" ", "_")
+        if (scene, seed) not in setups:
+            if not (folder / "setup.json").exists():
+                adapter.export(config, folder)
+            setups[scene, seed] = folder
+    runs = {}  # one run of the authors' code per algorithm, scene and seed
+    for method, scene, seed in fedray:
+        algorithm = adapter.METHODS[method]
+        name = f"{scene}-seed{seed}.json".replace(" ", "_")
+        runs.setdefault((algorithm, scene, seed), (method, work / "authors" / algorithm / name))
+
+    def one(item):
+        (algorithm, scene, seed), (method, out) = item
+        if not out.exists():
+            out.parent.mkdir(parents=True, exist_ok=True)
+            log = out.with_suffix(".log")
+            cmd = [sys.executable, __file__, "inside", adapter.__name__, "--checkout", str(checkout), "--setup",
+                   str(setups[scene, seed]), "--method", method, "--out", str(out)]
+            with open(log, "w") as f:
+                code = subprocess.run(cmd, stdout=f, stderr=subprocess.STDOUT, env={**os.environ, "OMP_NUM_THREADS": "1"})
+            if code.returncode != 0:
+                tail = log.read_text().strip().splitlines()[-1:] or ["(no output)"]
+                raise SystemExit(f"the authors' {algorithm} ({scene}, seed {seed}) failed: {tail[0]} (log: {log})")
+            print(f"authors {algorithm:13s} {scene} seed {seed}: done", flush=True)
+        return (algorithm, scene, seed), json.loads(out.read_text())
+
+    with ThreadPoolExecutor(max_workers=jobs) as pool:
+        done = dict(pool.map(one, sorted(runs.items(), key=str)))
+    return {(method, scene, seed): done[adapter.METHODS[method], scene, seed] for method, scene, seed in fedray}
+
+
+def rows(paper, checkout_info: tuple[str, bool], fedray: dict, authors: dict) -> list[dict]:
+    """One row per method and scene: per-seed values of both sides and the paired difference."""
+    from fedray.repro import setup_rows
+
+    out = []
+    for method in paper.methods:
+        for scene in paper.scenes:
+            seeds = sorted(s for m, a, s in fedray if m == method and a == scene)
+            made = [fedray[method, scene, s][3] or {} for s in seeds]  # each run's provenance
+            commits = {p.get("commit") for p in made}
+            if len(commits) != 1 or None in commits:
+                raise SystemExit(f"{paper.name} {method} ({paper.scene_text(scene)}): fedray's runs come from commits "
+                                 f"{sorted(map(str, commits))}; a row is one commit's runs (re-run them in a new --work)")
+            ours = {s: fedray[method, scene, s][0] for s in seeds}
+            theirs = {s: paper.authors_measure(method, authors[method, scene, s]) for s in seeds}
+            diff = paired(ours, theirs)
+            config = fedray[method, scene, seeds[0]][2]
+            out.append({
+                "paper": paper.name, "method": method, "authors_method": paper.adapter.METHODS[method],
+                "scene": paper.scene_text(scene), "measure": paper.measure, "authors_repo": paper.repo,
+                "authors_commit": checkout_info[0], "authors_dirty": checkout_info[1],
+                "fedray_commit": commits.pop(), "fedray_dirty": any(p.get("dirty") for p in made), "seeds": seeds,
+                "fedray": [ours[s] for s in seeds], "authors": [theirs[s] for s in seeds],
+                "authors_own_measure": [paper.own_measure(authors[method, scene, s]) for s in seeds],
+                "diff_mean": diff.difference.mean, "diff_ci": [diff.difference.low, diff.difference.high],
+                "fedray_s": sum(fedray[method, scene, s][1] for s in seeds),
+                "authors_s": sum(authors[method, scene, s]["wall_s"] for s in seeds),
+                "setup": {name: ours for name, ours, _ in setup_rows(config, {})},
+                "cpu": cpu_model()})
+    for row in out:  # where the code's rules were run in the same call, their rows are here to read
+        row["cause"] = cause_of(row, out)
+    return out
+
+
+def cause_of(row: dict, rows: Iterable[dict] = ()) -> str:
+    """A row's cause: CAUSES' for its paper and method where the two sides differ, empty where they
+    agree. A cause that says fedray agrees with the code under the code's rules names those rules'
+    methods (``mrtf_code``, outside backquotes): it is given only in a scene where each of those rows
+    (among ``rows``) agrees; elsewhere the row stays open."""
+    if agreement({**row, "cause": ""}) == "agrees":
+        return ""
+    cause = CAUSES.get((row["paper"], row["method"]), "")
+    same = {r["method"]: r for r in rows if (r["paper"], r["scene"]) == (row["paper"], row["scene"])}
+    named = re.findall(r"\b\w+_code\w*\b", re.sub(r"`[^`]*`", "", cause))  # methods; `quoted` are settings, files
+    if any(m not in same or agreement({**same[m], "cause": ""}) != "agrees" for m in named):
+        return ""
+    return cause
+
+
+def with_causes(saved: dict) -> dict:
+    """Every saved row's ``cause`` set from CAUSES (:func:`cause_of`, read against all the rows)."""
+    for row in saved.values():
+        row["cause"] = cause_of(row, saved.values())
+    return saved
+
+
+TARGET = 1.0  # points: a difference within this, with an interval that holds 0, is agreement
+
+
+def agreement(row: dict) -> str:
+    """``agrees`` (the mean difference within TARGET points and its interval holding 0), else
+    ``differs: <cause>``, or ``open`` where no cause is written down yet."""
+    low, high = row["diff_ci"]
+    if abs(row["diff_mean"]) <= TARGET and low <= 0 <= high:
+        return "agrees"
+    return f"differs: {row['cause']}" if row["cause"] else "open: no cause found yet"
+
+
+
+def _commits_text(rows: list[dict]) -> str:
+    """The fedray commits of a paper's rows: one, or each with the rows it made (the commonest as
+    "the other rows"), since a row is one commit's runs but a paper's rows may come from several."""
+    by = {}
+    for r in rows:
+        by.setdefault((r["fedray_commit"] or "unknown")[:9], []).append(r)
+    if len(by) == 1:
+        return f"commit `{next(iter(by))}`"
+    ranked = sorted(by, key=lambda c: -len(by[c]))
+    parts = []
+    for c in ranked[1:]:
+        scenes = {}
+        for r in by[c]:
+            scenes.setdefault(r["scene"], []).append(r["method"])
+        parts.append(f"`{c}` ({'; '.join(f'{sc}: ' + ', '.join(ms) for sc, ms in scenes.items())})")
+    return f"commits {', '.join(parts)} and `{ranked[0]}` (the other rows)"
+
+
+def page(rows: list[dict]) -> str:
+    """docs/authors.md from the rows of docs/records/authors.json."""
+    from fedray.repro import markdown_table
+
+    lines = ["# fedray beside the authors' code", "",
+             "Each seed's inputs (the split, the model's initialisation, the hyperparameters, the rounds, the "
+             "clients of each round and the test set) run through fedray and through the authors' public code, "
+             "unchanged, from a checkout. A row is one method in one scene: the paper's primary measure per "
+             "seed on each side, and the paired difference fedray minus authors with its 95% t interval over "
+             f"the seeds. The target: within {TARGET:g} point, with an interval that holds 0. Written by "
+             "`scripts/docs/generate.py` from `docs/records/authors.json`; the runs: `scripts/authors/compare.py` (its docstring has the "
+             "commands).", ""]
+    verdicts = [agreement(r) for r in rows]
+    lines += [f"**{verdicts.count('agrees')} of {len(rows)} rows agree; "
+              f"{sum(v.startswith('differs') for v in verdicts)} differ with a cause written down; "
+              f"{sum(v.startswith('open') for v in verdicts)} differ with no cause found.**", "",
+              f"Each interval is at 95% on its own, not corrected for the {len(rows)} rows: where both sides compute "
+              f"the same thing, about {round(0.05 * len(rows))} intervals would still exclude 0 by chance, so a lone "
+              "row whose interval only just misses 0 is weak evidence of a difference; a row with an open interval "
+              "but a mean more than 1 point away needs more seeds to tell.", ""]
+    for paper in dict.fromkeys(r["paper"] for r in rows):
+        adapter = importlib.import_module(PAPERS[paper.lower()])
+        scenes = list(dict.fromkeys(r["scene"] for r in rows if r["paper"] == paper))
+        order = list(adapter.METHODS)  # rows by scene, then in the adapter's order of methods
+        mine = sorted((r for r in rows if r["paper"] == paper),
+                      key=lambda r: (scenes.index(r["scene"]), order.index(r["method"]) if r["method"] in order else 99))
+        first = mine[0]
+        commits = _commits_text(mine)
+        lines += [f"## {paper}", "",
+                  f"The authors' code: `{first['authors_repo']}` at commit `{first['authors_commit'][:9]}`"
+                  + (" (with local changes)" if any(r["authors_dirty"] for r in mine) else "")
+                  + f"; fedray at {commits}"
+                  + (" (with local changes)" if any(r["fedray_dirty"] for r in mine) else "")
+                  + f". Measure: {first['measure']}. Seeds: each varies the split; a row's are in its n column "
+                  "(seeds 0 to n - 1).", ""]
+        settings = {}  # each setting's values over the rows (a method's own, e.g. local training, differ)
+        for r in mine:
+            for name, value in r["setup"].items():
+                settings.setdefault(name, {}).setdefault(value, []).append(r)
+
+        def said(values: dict) -> str:
+            """A setting: its one value, else each value with the methods it is for, or "(by scene)"
+            where it changes with the scene only."""
+            if len(values) == 1:
+                return next(iter(values))
+            per_scene = {}
+            for value, rs in values.items():
+                for r in rs:
+                    per_scene.setdefault(r["scene"], set()).add(value)
+            if all(len(v) == 1 for v in per_scene.values()):
+                return "; ".join(values) + " (by scene)"
+            return "; ".join(f"{v} ({', '.join(dict.fromkeys(r['method'] for r in rs))})" for v, rs in values.items())
+
+        lines += markdown_table(["setting", "both sides"], [[name, said(values)] for name, values in settings.items()])
+        lines.append("")
+        causes = list(dict.fromkeys(r["cause"] for r in mine if agreement(r).startswith("differs")))
+        table = []
+        for r in mine:
+            v = agreement(r)
+            low, high = r["diff_ci"]
+            table.append([r["method"], r["authors_method"], r["scene"], str(len(r["seeds"])),
+                          f"{sum(r['fedray']) / len(r['fedray']):.2f}", f"{sum(r['authors']) / len(r['authors']):.2f}",
+                          f"{r['diff_mean']:+.2f} [{low:+.2f}, {high:+.2f}]",
+                          f"differs (cause {causes.index(r['cause']) + 1})" if v.startswith("differs") else v,
+                          f"{r['fedray_s'] / 60:.1f} / {r['authors_s'] / 60:.1f}"])
+        lines += markdown_table(["fedray method", "authors' method", "scene", "n", "fedray", "authors",
+                                 "fedray - authors [95%]", "verdict", "minutes, fedray / authors"], table)
+        if causes:
+            lines += ["", "The causes of the differences:", ""] + [f"{i}. {c}." for i, c in enumerate(causes, 1)]
+        lines += ["", "What the adapter changes when it runs the authors' code (none of it the arithmetic of "
+                  "training):", ""] + [f"- {a}." for a in adapter.ADAPTATIONS]
+        if getattr(adapter, "FEDRAY_RULES", None):
+            lines += ["", "Where fedray's side takes the code's rule over the reproduction's (the paper's), by a named "
+                      "option:", ""] + [f"- {r}." for r in adapter.FEDRAY_RULES]
+        if getattr(adapter, "UNALIGNED", None):
+            lines += ["", "Where the two sides still differ, left as they are:", ""] + [f"- {u}." for u in adapter.UNALIGNED]
+        lines += ["", "Not compared, and why:", ""] + [f"- {n}." for n in adapter.NOT_COMPARED]
+        lines += ["", f"Minutes are wall time summed over the seeds, one CPU thread a run, on {first['cpu']}; other "
+                  "runs shared the machine's cores at times, so they compare the two sides only roughly.", ""]
+    return "\n".join(lines)
+
+
+def inside() -> None:
+    """``compare.py inside ADAPTER ...``: one run of the authors' code, in a process of its own
+    (run_authors starts it): the adapter's ``inside``."""
+    parser = argparse.ArgumentParser(description="one run of the authors' code on an export (run_authors starts it)")
+    parser.add_argument("adapter", choices=list(PAPERS.values()))
+    parser.add_argument("--checkout", type=Path, required=True)
+    parser.add_argument("--setup", type=Path, required=True)
+    parser.add_argument("--method", required=True)
+    parser.add_argument("--out", type=Path, required=True)
+    a = parser.parse_args(sys.argv[2:])
+    adapter = importlib.import_module(a.adapter)
+    if a.method not in adapter.METHODS:
+        raise SystemExit(f"{a.adapter}: no method {a.method!r}; it has {', '.join(adapter.METHODS)}")
+    adapter.inside(a.checkout.resolve(), a.setup.resolve(), a.method, a.out.resolve())
+
+
+def causes(path: Path) -> None:
+    """``compare.py causes [JSON]``: each saved row's ``cause`` set from CAUSES, once a cause is
+    written down there (the runs stay as they are)."""
+    store = Store(path, key=lambda r: (r["paper"], r["method"], r["scene"]), field=None)
+    saved = with_causes(store.load())
+    store.save(saved)
+    print(f"{path}: {sum(bool(r['cause']) for r in saved.values())} of {len(saved)} rows with a cause")
+
+
+def main() -> None:
+    if sys.argv[1:2] == ["inside"]:
+        return inside()
+    if sys.argv[1:2] == ["causes"]:  # the saved rows' causes rewritten from CAUSES, nothing run
+        return causes(Path(sys.argv[2]) if len(sys.argv) > 2 else OUT)
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("paper", choices=list(PAPERS))
+    parser.add_argument("--checkout", type=Path, required=True, help="a git checkout of the authors' code")
+    parser.add_argument("--methods", nargs="+", help="fedray's methods (default: every one the code implements)")
+    parser.add_argument("--scenes", nargs="+", help="the scenes (FedGen: Dirichlet alphas; default: the paper's)")
+    parser.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2, 3, 4], help="each varies the split")
+    parser.add_argument("--rounds", type=int, help="rounds (default: the reproduction's)")
+    parser.add_argument("--jobs", type=int, default=os.cpu_count(), help="runs at once on each side")
+    parser.add_argument("--work", type=Path, help="the runs' folder (default runs/authors/<paper>)")
+    parser.add_argument("--out", type=Path, default=OUT, help="the rows' JSON (merged by paper, method and scene)")
+    args = parser.parse_args()
+    args.work = (args.work or ROOT / "runs" / "authors" / args.paper).resolve()
+    checkout = args.checkout.resolve()
+    info = checkout_commit(checkout)
+    paper = importlib.import_module(PAPERS[args.paper]).Paper(args)
+    start = time.perf_counter()
+    fedray = paper.fedray_runs()
+    authors = run_authors(paper, checkout, fedray, args.work, args.jobs)
+    store = Store(args.out, key=lambda r: (r["paper"], r["method"], r["scene"]), field=None)
+    saved = store.load()
+    new = rows(paper, info, fedray, authors)
+    saved.update({store.key(r): r for r in new})
+    store.save(with_causes(saved))
+    for r in new:
+        lo, hi = r["diff_ci"]
+        print(f"{r['method']:16s} {r['scene']:10s} fedray {sum(r['fedray']) / len(r['fedray']):6.2f}  authors "
+              f"{sum(r['authors']) / len(r['authors']):6.2f}  diff {r['diff_mean']:+.2f} [{lo:+.2f}, {hi:+.2f}]")
+    print(f"wrote {args.out} ({len(new)} rows) in {(time.perf_counter() - start) / 60:.1f} min")
+
+
+if __name__ == "__main__":
+    main()
