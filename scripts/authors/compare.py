@@ -100,13 +100,16 @@ def checkout_commit(path: Path) -> tuple[str, bool]:
 PAPERS = {"fedgen": "scripts.authors.fedgen", "mrtf": "scripts.authors.mrtf", "fedaux": "scripts.authors.fedaux"}
 
 
-def run_authors(paper, checkout: Path, fedray: dict, work: Path, jobs: int) -> dict[tuple[str, float, int], dict]:
+def run_authors(paper, checkout: Path, fedray: dict, work: Path, jobs: int,
+                batch_order: str = "own") -> dict[tuple[str, float, int], dict]:
     """Export each seed's inputs from its fedray run and run the authors' methods on them (one
-    process a run, ``jobs`` at once; finished runs are read back). Returns (method, scene, seed) ->
-    the adapter's result."""
+    process a run, ``jobs`` at once; finished runs are read back), their loaders in their own batch
+    order or, with ``batch_order="fedray"``, in fedray's. Returns (method, scene, seed) -> the
+    adapter's result."""
     adapter = paper.adapter
     setups = {}
-    for (method, scene, seed), (_, _, config, _) in sorted(fedray.items(), key=str):
+    for (method, scene, seed), value in sorted(fedray.items(), key=str):
+        config = value[2]
         folder = work / "setup" / f"{scene}-seed{seed}".replace(" ", "_")
         if (scene, seed) not in setups:
             if not (folder / "setup.json").exists():
@@ -116,7 +119,8 @@ def run_authors(paper, checkout: Path, fedray: dict, work: Path, jobs: int) -> d
     for method, scene, seed in fedray:
         algorithm = adapter.METHODS[method]
         name = f"{scene}-seed{seed}.json".replace(" ", "_")
-        runs.setdefault((algorithm, scene, seed), (method, work / "authors" / algorithm / name))
+        folder = algorithm + ("" if batch_order == "own" else f"-{batch_order}-order")
+        runs.setdefault((algorithm, scene, seed), (method, work / "authors" / folder / name))
 
     def one(item):
         (algorithm, scene, seed), (method, out) = item
@@ -124,7 +128,7 @@ def run_authors(paper, checkout: Path, fedray: dict, work: Path, jobs: int) -> d
             out.parent.mkdir(parents=True, exist_ok=True)
             log = out.with_suffix(".log")
             cmd = [sys.executable, __file__, "inside", adapter.__name__, "--checkout", str(checkout), "--setup",
-                   str(setups[scene, seed]), "--method", method, "--out", str(out)]
+                   str(setups[scene, seed]), "--method", method, "--out", str(out), "--batch-order", batch_order]
             with open(log, "w") as f:
                 code = subprocess.run(cmd, stdout=f, stderr=subprocess.STDOUT, env={**os.environ, "OMP_NUM_THREADS": "1"})
             if code.returncode != 0:
@@ -138,8 +142,9 @@ def run_authors(paper, checkout: Path, fedray: dict, work: Path, jobs: int) -> d
     return {(method, scene, seed): done[adapter.METHODS[method], scene, seed] for method, scene, seed in fedray}
 
 
-def rows(paper, checkout_info: tuple[str, bool], fedray: dict, authors: dict) -> list[dict]:
-    """One row per method and scene: per-seed values of both sides and the paired difference."""
+def rows(paper, checkout_info: tuple[str, bool], fedray: dict, authors: dict, batch_order: str = "own") -> list[dict]:
+    """One row per method and scene: per-seed values of both sides and the paired difference; with
+    the authors' loaders in fedray's batch order, also each seed's accuracy by round on both sides."""
     from fedray.repro import setup_rows
 
     out = []
@@ -167,6 +172,11 @@ def rows(paper, checkout_info: tuple[str, bool], fedray: dict, authors: dict) ->
                 "authors_s": sum(authors[method, scene, s]["wall_s"] for s in seeds),
                 "setup": {name: ours for name, ours, _ in setup_rows(config, {})},
                 "cpu": cpu_model()})
+            if batch_order != "own":  # fedray's accuracy by round (in %) beside the authors' on each seed
+                out[-1].update({"batch_order": batch_order,
+                                "fedray_rounds": [[100 * a for a in fedray[method, scene, s][4]] for s in seeds],
+                                "authors_rounds": [[100 * a for a in authors[method, scene, s]["accuracy"]]
+                                                   for s in seeds]})
     for row in out:  # where the code's rules were run in the same call, their rows are here to read
         row["cause"] = cause_of(row, out)
     return out
@@ -316,11 +326,15 @@ def inside() -> None:
     parser.add_argument("--setup", type=Path, required=True)
     parser.add_argument("--method", required=True)
     parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("--batch-order", choices=["own", "fedray"], default="own")
     a = parser.parse_args(sys.argv[2:])
     adapter = importlib.import_module(a.adapter)
     if a.method not in adapter.METHODS:
         raise SystemExit(f"{a.adapter}: no method {a.method!r}; it has {', '.join(adapter.METHODS)}")
-    adapter.inside(a.checkout.resolve(), a.setup.resolve(), a.method, a.out.resolve())
+    if a.batch_order == "own":
+        adapter.inside(a.checkout.resolve(), a.setup.resolve(), a.method, a.out.resolve())
+    else:
+        adapter.inside(a.checkout.resolve(), a.setup.resolve(), a.method, a.out.resolve(), batch_order=a.batch_order)
 
 
 def causes(path: Path) -> None:
@@ -347,23 +361,35 @@ def main() -> None:
     parser.add_argument("--jobs", type=int, default=os.cpu_count(), help="runs at once on each side")
     parser.add_argument("--work", type=Path, help="the runs' folder (default runs/authors/<paper>)")
     parser.add_argument("--out", type=Path, default=OUT, help="the rows' JSON (merged by paper, method and scene)")
+    parser.add_argument("--batch-order", choices=["own", "fedray"], default="own",
+                        help="fedray: the authors' loaders draw fedray's batches, in fedray's order (FedAUX only), "
+                             "so that the two sides differ only in their arithmetic; a check of its own, whose "
+                             "rows (with each round's accuracy on both sides) go to an --out other than the table's")
     args = parser.parse_args()
+    if args.batch_order != "own" and args.out.resolve() == OUT.resolve():
+        raise SystemExit(f"--batch-order {args.batch_order} is a check of its own: give it an --out other than {OUT}")
     args.work = (args.work or ROOT / "runs" / "authors" / args.paper).resolve()
     checkout = args.checkout.resolve()
     info = checkout_commit(checkout)
     paper = importlib.import_module(PAPERS[args.paper]).Paper(args)
+    if args.batch_order not in getattr(paper, "batch_orders", ("own",)):
+        raise SystemExit(f"--batch-order {args.batch_order}: the {paper.name} adapter runs the authors' loaders in "
+                         "their own order only")
     start = time.perf_counter()
     fedray = paper.fedray_runs()
-    authors = run_authors(paper, checkout, fedray, args.work, args.jobs)
+    authors = run_authors(paper, checkout, fedray, args.work, args.jobs, args.batch_order)
     store = Store(args.out, key=lambda r: (r["paper"], r["method"], r["scene"]), field=None)
     saved = store.load()
-    new = rows(paper, info, fedray, authors)
+    new = rows(paper, info, fedray, authors, args.batch_order)
     saved.update({store.key(r): r for r in new})
     store.save(with_causes(saved))
     for r in new:
         lo, hi = r["diff_ci"]
         print(f"{r['method']:16s} {r['scene']:10s} fedray {sum(r['fedray']) / len(r['fedray']):6.2f}  authors "
               f"{sum(r['authors']) / len(r['authors']):6.2f}  diff {r['diff_mean']:+.2f} [{lo:+.2f}, {hi:+.2f}]")
+        for seed, ours, theirs in zip(r["seeds"], r.get("fedray_rounds", []), r.get("authors_rounds", [])):
+            gaps = [a - b for a, b in zip(ours, theirs)]
+            print(f"  seed {seed}: fedray - authors by round " + " ".join(f"{g:+.2f}" for g in gaps))
     print(f"wrote {args.out} ({len(new)} rows) in {(time.perf_counter() - start) / 60:.1f} min")
 
 

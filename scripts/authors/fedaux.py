@@ -201,9 +201,10 @@ def _stub_torchvision() -> None:
     sys.modules["torchvision.models.resnet"].ResNet = sys.modules["torchvision.models.resnet"].BasicBlock = None
 
 
-def inside(checkout: Path, setup: Path, method: str, out: Path) -> None:
+def inside(checkout: Path, setup: Path, method: str, out: Path, batch_order: str = "own") -> None:
     """Run the authors' mode of ``method`` on the inputs in ``setup`` and write the per-round
-    measures to ``out``."""
+    measures to ``out``. ``batch_order="fedray"``: the clients' and the distillation's loaders draw
+    fedray's batches in fedray's order (:class:`FedrayOrder`), so that only the arithmetic differs."""
     import runpy
 
     import torch
@@ -234,9 +235,42 @@ def inside(checkout: Path, setup: Path, method: str, out: Path) -> None:
     fl_devices.torch = TorchOnCPU("torch")
     fl_devices.torch.zeros = lambda *args, device=None, **kwargs: torch.zeros(*args, **kwargs)
 
+    from fedray.methods.base import task_seed
+
+    state: dict = {}
+
+    class FedrayOrder(torch.utils.data.Sampler):
+        """fedray's batch order of one stream (``fedray.training.batch_indices``): each pass over the
+        data a randperm of one generator, seeded at the round's first pass with task_seed(seed,
+        round, key): a client's key is its id, the distillation's 2**40 + the architecture's index
+        (``Strategy.distill_weights``), here 0."""
+
+        def __init__(self, n: int, key: int):
+            super().__init__()
+            self.n, self.key, self.round, self.generator = n, key, None, None
+
+        def __iter__(self):
+            if state.get("round", 0) != self.round:
+                self.round = state.get("round", 0)
+                self.generator = torch.Generator().manual_seed(task_seed(meta["seed"], self.round, self.key))
+            return iter(torch.randperm(self.n, generator=self.generator).tolist())
+
+        def __len__(self):
+            return self.n
+
+    def stream(dataset) -> int | None:
+        """fedray's stream key of a dataset the code shuffles: a client's or the distillation's."""
+        if isinstance(dataset, torch.utils.data.Subset) and dataset.dataset is train:
+            return next(i for i, indices in enumerate(clients) if dataset.indices is indices)
+        return 2**40 if dataset is state.get("distill") else None
+
     class MainProcessLoader(torch.utils.data.DataLoader):  # num_workers=8 (federated_learning.py:65-66) -> 0
-        def __init__(self, *args, **kwargs):
-            super().__init__(*args, **{**kwargs, "num_workers": 0})
+        def __init__(self, dataset, *args, **kwargs):
+            kwargs["num_workers"] = 0
+            key = stream(dataset) if batch_order == "fedray" and kwargs.get("shuffle") else None
+            if key is not None:
+                kwargs.update(shuffle=False, sampler=FedrayOrder(len(dataset), key))
+            super().__init__(dataset, *args, **kwargs)
 
     torch.utils.data.DataLoader = MainProcessLoader
 
@@ -249,16 +283,25 @@ def inside(checkout: Path, setup: Path, method: str, out: Path) -> None:
                                          torch.zeros(n_distill + n_negatives, dtype=torch.long))  # unused labels
     their_data.get_data = lambda name, path: aux if name == AUX else (train, test)
 
+    clients = [c.numpy() for c in d["clients"]]
+
     def split_dirichlet(labels, n_clients, n_data, alpha, double_stochstic=True, seed=0):
         np.random.seed(seed)  # data.py:80-85: numpy's global stream left where their split leaves it
         np.random.dirichlet([alpha] * n_clients, int(labels.max()) + 1)
-        assert n_clients == len(d["clients"])
-        return [c.numpy() for c in d["clients"]]
+        assert n_clients == len(clients)
+        return clients
 
     their_data.split_dirichlet = split_dirichlet
     subset = their_data.IdxSubset
-    their_data.IdxSubset = lambda dataset, indices, return_index: subset(
-        dataset, np.arange(n_distill) if return_index else np.arange(n_distill, n_distill + n_negatives), return_index)
+
+    def idx_subset(dataset, indices, return_index):  # D_distill (with the index) or D^-
+        made = subset(dataset, np.arange(n_distill) if return_index else np.arange(n_distill, n_distill + n_negatives),
+                      return_index)
+        if return_index:
+            state["distill"] = made
+        return made
+
+    their_data.IdxSubset = idx_subset
 
     # model: fedray's, holding fedray's random theta^0
     build = model_builder({arch: meta["model_options"]}, tuple(meta["input_shape"]), meta["num_classes"])
@@ -276,7 +319,6 @@ def inside(checkout: Path, setup: Path, method: str, out: Path) -> None:
 
     # fedray's clients of each round; the first call also checks the server's theta^0
     expected = torch.load(setup / (hp["pretrained"] or RANDOM))
-    state: dict = {}
 
     def select_clients(self, clients, frac=1.0):
         state["server"], r = self, state.get("round", 0)
@@ -322,7 +364,8 @@ def inside(checkout: Path, setup: Path, method: str, out: Path) -> None:
     if len(scores["accuracy"]) != meta["rounds"] or len(theirs) != meta["rounds"]:
         raise RuntimeError(f"{hp['aggregation_mode']}: scored {len(scores['accuracy'])} rounds of {meta['rounds']}")
     out.write_text(json.dumps({
-        "method": method, "mode": hp["aggregation_mode"], "seed": meta["seed"], "accuracy": scores["accuracy"],
+        "method": method, "mode": hp["aggregation_mode"], "seed": meta["seed"], "batch_order": batch_order,
+        "accuracy": scores["accuracy"],
         "authors_accuracy": theirs, "averaging_accuracy": [float(a) for a in results["averaging_accuracy"]],
         "participants": [[int(i) for i in p] for p in results["participating_clients"]],
         "prep_s": float(results["prep_time"][0]), "wall_s": wall}))
@@ -344,6 +387,7 @@ class Paper:
 
     name = "FedAUX"
     repo = "fedl-repo/fedaux"
+    batch_orders = ("own", "fedray")  # inside(batch_order="fedray"): the loaders draw fedray's batches
 
     def __init__(self, args: argparse.Namespace):
         from scripts.repro import fedaux as repro_fedaux
@@ -373,9 +417,9 @@ class Paper:
                         for seed in self.args.seeds]
         return out
 
-    def fedray_runs(self) -> dict[tuple[str, float, int], tuple[float, float, object]]:
+    def fedray_runs(self) -> dict[tuple[str, float, int], tuple]:
         """fedray's runs as repro_fedaux runs its claim: (method, C, seed) -> (the measure, wall
-        seconds, the run's config, its provenance)."""
+        seconds, the run's config, its provenance, its accuracy by round)."""
         from fedray.repro import run_specs
 
         specs = self.specs()
@@ -384,8 +428,12 @@ class Paper:
                                  self.repro.record, hold=self.repro.HOLD["claim"], jobs=self.args.jobs)
         if failed:
             raise SystemExit(f"{len(failed)} fedray runs did not finish: {failed[0].get('error', failed[0])}")
-        return {(s["method"], s["rate"], s["seed"]): (_measure([h["accuracy"] for h in r.records], self.primary),
-                                                      r.wall_s, r.config, r.summary.get("provenance")) for s, r in done}
+        runs = {}
+        for s, r in done:
+            accuracy = [h["accuracy"] for h in r.records]
+            runs[s["method"], s["rate"], s["seed"]] = (_measure(accuracy, self.primary), r.wall_s, r.config,
+                                                       r.summary.get("provenance"), accuracy)
+        return runs
 
     def authors_measure(self, method: str, result: dict) -> float:
         return _measure(result["accuracy"], self.primary)
