@@ -154,3 +154,61 @@ def test_causes_rewrites_the_saved_rows_causes_from_causes(tmp_path):
               for m, d in (("fedgen", -5.1), ("fedgen_code", -0.1))]
     assert authors.cause_of(fedgen[0], fedgen) == authors.CAUSES["FedGen", "fedgen"] and "counts" in authors.CAUSES["FedGen", "fedgen"]
     assert authors.cause_of(fedgen[0], fedgen[:1]) == ""
+
+
+def test_a_check_with_fedray_batches_gives_a_cause_only_where_fedray_is_no_further_from_the_code_than_the_code_from_itself():
+    import pytest
+
+    authors = script("authors.compare")
+    table = {"paper": "FedAUX", "method": "feddf_code", "scene": "alpha 0.01, C = 0.8", "cause": "",
+             "diff_mean": -2.8, "diff_ci": [-4.7, -0.9]}
+    # two seeds, three rounds: fedray equals the code for 2 and 1 rounds (to the image, 0.005 points)
+    check = {**table, "batch_order": "fedray", "seeds": [0, 1], "authors": [50.0, 60.0], "control": [49.0, 62.0],
+             "diff_mean": -1.0, "diff_ci": [-5.0, 3.0],
+             "fedray_rounds": [[20.0, 40.004, 41.0], [30.0, 35.0, 50.0]],
+             "authors_rounds": [[20.0, 40.0, 42.0], [30.0, 36.0, 51.0]],
+             "control_rounds": [[20.5, 38.0, 40.0], [30.0, 37.0, 49.0]]}
+    assert [authors.equal_rounds(f, t) for f, t in zip(check["fedray_rounds"], check["authors_rounds"])] == [2, 1]
+    gap, control = authors.drift(check)
+    assert gap == pytest.approx((0.004 + 1 + 1 + 1) / 6) and control == pytest.approx((0.5 + 2 + 2 + 1 + 2) / 6)
+    cause = authors.cause_of(table, [table, check])
+    assert cause.startswith("no difference in arithmetic found") and "first 1 rounds on every seed" in cause
+    assert "(a mean gap of 0.50 points a round against 1.25)" in cause
+    assert authors.cause_of(check, [table, check]) == ""  # a check row has no verdict of its own in the table
+    further = {**check, "control_rounds": check["authors_rounds"]}  # the code equal to itself: fedray further
+    assert authors.cause_of(table, [table, further]) == ""
+    # a paper-rule row whose cause names feddf_code counts that row where its check explains it
+    paper = {**table, "method": "feddf", "diff_mean": -17.8, "diff_ci": [-19.8, -15.7]}
+    assert authors.cause_of(paper, [paper, table, check]) == authors.CAUSES["FedAUX", "feddf"]
+    assert authors.cause_of(paper, [paper, table, further]) == ""
+    # the page keeps the check out of the table's counts and shows it apart, by round
+    base = {"authors_method": "FedDF", "measure": "maximum", "authors_repo": "fedl-repo/fedaux",
+            "authors_commit": "9700c8b0a" * 4, "authors_dirty": False, "fedray_commit": "1" * 40,
+            "fedray_dirty": False, "seeds": [0, 1], "fedray": [48.0, 56.0], "authors": [50.0, 60.0],
+            "fedray_s": 60.0, "authors_s": 60.0, "setup": {"rounds": "3"}, "cpu": "AMD EPYC"}
+    rows = [{**base, **table, "cause": cause}, {**base, **check}]
+    text = authors.page(rows)
+    assert "**0 of 1 rows agree; 1 differ with a cause written down; 0 differ with no cause found.**" in text
+    assert "| feddf_code | alpha 0.01, C = 0.8 | 2 | 52.00 | 55.00 | -1.00 [-5.00, +3.00] | -0.50 [-19.56, +18.56] " \
+           "| 2, 1 | 0, 1 | 0.50 / 1.25 |" in text
+    assert "| 2 | 0.50 | -0.50 | 1.50 |" in text  # round 2: gaps 0.004 and -1 (size 0.50), control 2 and 1
+
+
+def test_the_check_feeds_the_authors_loaders_fedrays_batches_in_fedrays_order():
+    import torch
+
+    from fedray.methods.base import task_seed
+    from fedray.training import batch_indices
+
+    adapter = script("authors.fedaux")
+    now = {"round": 3}
+    sampler = adapter.fedray_order(10, 7, 2**40, lambda: now["round"])
+    loader = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(torch.arange(10)), batch_size=4,
+                                         sampler=sampler)
+    two_passes = [b for _ in range(2) for (b,) in loader]  # the code's epochs loop over its loader
+    fedray = list(batch_indices(10, 4, 6, torch.Generator().manual_seed(task_seed(7, 3, 2**40))))
+    assert [b.tolist() for b in two_passes] == [b.tolist() for b in fedray]
+    assert sorted(torch.cat(two_passes[:3]).tolist()) == list(range(10))  # a pass is a permutation
+    now["round"] = 4  # a new round: the stream seeded anew, as fedray's next task
+    (first, *_) = [b for (b,) in loader]
+    assert first.tolist() == next(batch_indices(10, 4, 3, torch.Generator().manual_seed(task_seed(7, 4, 2**40)))).tolist()

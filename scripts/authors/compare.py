@@ -7,6 +7,7 @@ measure, per seed that varies the split.
     python scripts/authors/compare.py fedgen --checkout /path/to/FedGen      # likewise mrtf (lxcnju/MrTF), fedaux (fedl-repo/fedaux)
     python scripts/authors/compare.py fedgen --checkout /path/to/FedGen --methods fedavg fedgen --scenes 0.1 --seeds 0 1
     python scripts/authors/compare.py causes     # docs/records/authors.json's causes rewritten from CAUSES, nothing run
+    python scripts/authors/compare.py fedaux --checkout /path/to/fedaux --methods feddf_code --scenes 0.8 --batch-order fedray
 
 fedl-repo/fedaux keeps SimCLR checkpoints (``checkpoints/*.pth``) that a mirror may lack and that these
 runs never read; a sparse checkout leaves them out and keeps the tree clean (the rows record whether it
@@ -20,8 +21,13 @@ process each, ``--jobs`` at once, into ``--work``/authors (a stopped call resume
 are kept). The authors' code runs unchanged from its checkout: the adapter only swaps at run time
 what the docs list (unused imports, the client draw, where results go) and adds fedray's measure.
 
-The rows go to ``docs/records/authors.json`` (a row per paper, method and scene; a new row replaces the
-saved one), and ``scripts/docs/generate.py`` writes docs/authors.md from them. A row names the commit its
+``--batch-order fedray`` (FedAUX) is a check of the arithmetic: the authors' loaders draw fedray's
+batches in fedray's order, and each authors' run runs a second time on torch's portable kernels as
+a control of how far float rounding alone moves a run; its rows keep each round's accuracy of the
+three runs, and the page shows them apart from the table.
+
+The rows go to ``docs/records/authors.json`` (a row per paper, method, scene and batch order; a new row
+replaces the saved one), and ``scripts/docs/generate.py`` writes docs/authors.md from them. A row names the commit its
 fedray runs carry; runs of one row made at two commits (a resumed sweep) make no row.
 """
 
@@ -38,6 +44,8 @@ import time
 from typing import Iterable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+
+import numpy as np
 
 ROOT = Path(__file__).resolve().parents[2]
 # run as a file, it imports the adapters as scripts.authors.*, with the project's root in place of
@@ -104,8 +112,10 @@ def run_authors(paper, checkout: Path, fedray: dict, work: Path, jobs: int,
                 batch_order: str = "own") -> dict[tuple[str, float, int], dict]:
     """Export each seed's inputs from its fedray run and run the authors' methods on them (one
     process a run, ``jobs`` at once; finished runs are read back), their loaders in their own batch
-    order or, with ``batch_order="fedray"``, in fedray's. Returns (method, scene, seed) -> the
-    adapter's result."""
+    order or, with ``batch_order="fedray"``, in fedray's; then each run also a second time on torch's
+    portable kernels (``ATEN_CPU_CAPABILITY=default``), whose accuracies by round (``control``) show
+    how far the code drifts from itself when only float rounding changes. Returns (method, scene,
+    seed) -> the adapter's result."""
     adapter = paper.adapter
     setups = {}
     for (method, scene, seed), value in sorted(fedray.items(), key=str):
@@ -115,31 +125,39 @@ def run_authors(paper, checkout: Path, fedray: dict, work: Path, jobs: int,
             if not (folder / "setup.json").exists():
                 adapter.export(config, folder)
             setups[scene, seed] = folder
-    runs = {}  # one run of the authors' code per algorithm, scene and seed
+    kernels = ["", "default"] if batch_order != "own" else [""]  # "": the machine's own
+    runs = {}  # one run of the authors' code per algorithm, scene, seed and kernels
     for method, scene, seed in fedray:
         algorithm = adapter.METHODS[method]
         name = f"{scene}-seed{seed}.json".replace(" ", "_")
-        folder = algorithm + ("" if batch_order == "own" else f"-{batch_order}-order")
-        runs.setdefault((algorithm, scene, seed), (method, work / "authors" / folder / name))
+        for k in kernels:
+            folder = algorithm + ("" if batch_order == "own" else f"-{batch_order}-order") + (f"-{k}-kernels" if k else "")
+            runs.setdefault((algorithm, scene, seed, k), (method, work / "authors" / folder / name))
 
     def one(item):
-        (algorithm, scene, seed), (method, out) = item
+        (algorithm, scene, seed, k), (method, out) = item
         if not out.exists():
             out.parent.mkdir(parents=True, exist_ok=True)
             log = out.with_suffix(".log")
             cmd = [sys.executable, __file__, "inside", adapter.__name__, "--checkout", str(checkout), "--setup",
                    str(setups[scene, seed]), "--method", method, "--out", str(out), "--batch-order", batch_order]
             with open(log, "w") as f:
-                code = subprocess.run(cmd, stdout=f, stderr=subprocess.STDOUT, env={**os.environ, "OMP_NUM_THREADS": "1"})
+                env = {**os.environ, "OMP_NUM_THREADS": "1", **({"ATEN_CPU_CAPABILITY": k} if k else {})}
+                code = subprocess.run(cmd, stdout=f, stderr=subprocess.STDOUT, env=env)
             if code.returncode != 0:
                 tail = log.read_text().strip().splitlines()[-1:] or ["(no output)"]
                 raise SystemExit(f"the authors' {algorithm} ({scene}, seed {seed}) failed: {tail[0]} (log: {log})")
-            print(f"authors {algorithm:13s} {scene} seed {seed}: done", flush=True)
-        return (algorithm, scene, seed), json.loads(out.read_text())
+            print(f"authors {algorithm:13s} {scene} seed {seed}{f' ({k} kernels)' if k else ''}: done", flush=True)
+        return (algorithm, scene, seed, k), json.loads(out.read_text())
 
     with ThreadPoolExecutor(max_workers=jobs) as pool:
         done = dict(pool.map(one, sorted(runs.items(), key=str)))
-    return {(method, scene, seed): done[adapter.METHODS[method], scene, seed] for method, scene, seed in fedray}
+    result = {}
+    for method, scene, seed in fedray:
+        key = (adapter.METHODS[method], scene, seed)
+        result[method, scene, seed] = {**done[(*key, "")], **({"control": done[(*key, "default")]["accuracy"]}
+                                                                if batch_order != "own" else {})}
+    return result
 
 
 def rows(paper, checkout_info: tuple[str, bool], fedray: dict, authors: dict, batch_order: str = "own") -> list[dict]:
@@ -176,7 +194,12 @@ def rows(paper, checkout_info: tuple[str, bool], fedray: dict, authors: dict, ba
                 out[-1].update({"batch_order": batch_order,
                                 "fedray_rounds": [[100 * a for a in fedray[method, scene, s][4]] for s in seeds],
                                 "authors_rounds": [[100 * a for a in authors[method, scene, s]["accuracy"]]
-                                                   for s in seeds]})
+                                                   for s in seeds],
+                                "control_rounds": [[100 * a for a in authors[method, scene, s]["control"]]
+                                                   for s in seeds],
+                                "control": [paper.authors_measure(method, {**authors[method, scene, s],
+                                                                           "accuracy": authors[method, scene, s]["control"]})
+                                            for s in seeds]})
     for row in out:  # where the code's rules were run in the same call, their rows are here to read
         row["cause"] = cause_of(row, out)
     return out
@@ -187,14 +210,64 @@ def cause_of(row: dict, rows: Iterable[dict] = ()) -> str:
     agree. A cause that says fedray agrees with the code under the code's rules names those rules'
     methods (``mrtf_code``, outside backquotes): it is given only in a scene where each of those rows
     (among ``rows``) agrees; elsewhere the row stays open."""
-    if agreement({**row, "cause": ""}) == "agrees":
+    if is_check(row) or agreement({**row, "cause": ""}) == "agrees":
         return ""
+    rows = list(rows)
+    rounding = rounding_cause(row, rows)
+    if rounding:
+        return rounding
     cause = CAUSES.get((row["paper"], row["method"]), "")
-    same = {r["method"]: r for r in rows if (r["paper"], r["scene"]) == (row["paper"], row["scene"])}
+    same = {r["method"]: r for r in rows if (r["paper"], r["scene"]) == (row["paper"], row["scene"]) and not is_check(r)}
     named = re.findall(r"\b\w+_code\w*\b", re.sub(r"`[^`]*`", "", cause))  # methods; `quoted` are settings, files
-    if any(m not in same or agreement({**same[m], "cause": ""}) != "agrees" for m in named):
+    if any(m not in same or (agreement({**same[m], "cause": ""}) != "agrees" and not rounding_cause(same[m], rows))
+           for m in named):
         return ""
     return cause
+
+
+def drift(check: dict) -> tuple[float, float]:
+    """A check's mean gap a round, in points over its seeds and rounds: fedray against the authors'
+    code, and the code against itself on torch's portable kernels."""
+    gap = np.abs(np.subtract(check["fedray_rounds"], check["authors_rounds"])).mean()
+    control = np.abs(np.subtract(check["authors_rounds"], check["control_rounds"])).mean()
+    return float(gap), float(control)
+
+
+def equal_rounds(ours: list[float], theirs: list[float]) -> int:
+    """How many rounds, from the first, two runs' accuracies are the same to the test image."""
+    return next((i for i, (a, b) in enumerate(zip(ours, theirs)) if abs(a - b) > SAME), len(ours))
+
+
+def rounding_cause(row: dict, rows: list[dict]) -> str:
+    """The cause of a row whose check (same paper, method and scene, fedray's batches on both sides)
+    finds fedray no further from the authors' code than the code from itself on other kernels: no
+    difference in arithmetic, and float rounding that the scene amplifies; empty where there is no
+    such check."""
+    check = next((r for r in rows if is_check(r) and
+                  (r["paper"], r["method"], r["scene"]) == (row["paper"], row["method"], row["scene"])), None)
+    if check is None:
+        return ""
+    gap, control = drift(check)
+    if gap > control:
+        return ""
+    equal = min(equal_rounds(f, t) for f, t in zip(check["fedray_rounds"], check["authors_rounds"]))
+    itself = paired(dict(zip(check["seeds"], check["authors"])), dict(zip(check["seeds"], check["control"]))).difference
+    return (f"no difference in arithmetic found: with fedray's batches on both sides (the check below) the two agree "
+            f"to the test image for the first {equal} rounds on every seed, then drift apart no faster than the "
+            f"authors' code drifts from itself on torch's portable kernels (a mean gap of {gap:.2f} points a round "
+            f"against {control:.2f}); float rounding alone moves a seed's measure in this scene by several points "
+            f"(the code against itself: {itself.mean:+.2f} [{itself.low:+.2f}, {itself.high:+.2f}] over "
+            f"{len(check['seeds'])} seeds), so a difference of this size between the two is within chance")
+
+
+def key(row: dict) -> tuple:
+    """A row's place in the JSON: its paper, method, scene and the authors' batch order."""
+    return row["paper"], row["method"], row["scene"], row.get("batch_order", "own")
+
+
+def is_check(row: dict) -> bool:
+    """A row of the check with the authors' loaders in fedray's batch order, not of the table."""
+    return row.get("batch_order", "own") != "own"
 
 
 def with_causes(saved: dict) -> dict:
@@ -205,6 +278,7 @@ def with_causes(saved: dict) -> dict:
 
 
 TARGET = 1.0  # points: a difference within this, with an interval that holds 0, is agreement
+SAME = 0.005  # points: two accuracies on the 10,000 test images this close are the same to the image
 
 
 def agreement(row: dict) -> str:
@@ -235,9 +309,53 @@ def _commits_text(rows: list[dict]) -> str:
     return f"commits {', '.join(parts)} and `{ranked[0]}` (the other rows)"
 
 
-def page(rows: list[dict]) -> str:
-    """docs/authors.md from the rows of docs/records/authors.json."""
+def check_lines(checks: list[dict]) -> list[str]:
+    """The section of a paper's check with the authors' loaders in fedray's batch order: each row's
+    measure on both sides, and by round the mean gap between the two sides beside the mean gap
+    between the authors' code and itself on torch's portable kernels."""
     from fedray.repro import markdown_table
+
+    lines = ["### With the same batches on both sides", "",
+             "A check of the arithmetic (`--batch-order fedray`): the authors' client and distillation loaders draw "
+             "fedray's batches in fedray's order, so that the two sides differ only in how they compute. Equal "
+             "arithmetic gives equal accuracies until float rounding (other orders of additions, other kernels) "
+             "sets the models apart; how fast that alone moves them shows in the control, the authors' code "
+             "against itself on torch's portable kernels (`ATEN_CPU_CAPABILITY=default`), the same batches on "
+             "both.", ""]
+    table = []
+    for r in checks:
+        low, high = r["diff_ci"]
+        itself = paired(dict(zip(r["seeds"], r["authors"])), dict(zip(r["seeds"], r["control"]))).difference
+        gap, control = drift(r)
+        table.append([r["method"], r["scene"], str(len(r["seeds"])), f"{sum(r['fedray']) / len(r['fedray']):.2f}",
+                      f"{sum(r['authors']) / len(r['authors']):.2f}", f"{r['diff_mean']:+.2f} [{low:+.2f}, {high:+.2f}]",
+                      f"{itself.mean:+.2f} [{itself.low:+.2f}, {itself.high:+.2f}]",
+                      ", ".join(str(equal_rounds(f, t)) for f, t in zip(r["fedray_rounds"], r["authors_rounds"])),
+                      ", ".join(str(equal_rounds(t, c)) for t, c in zip(r["authors_rounds"], r["control_rounds"])),
+                      f"{gap:.2f} / {control:.2f}"])
+    lines += markdown_table(["fedray method", "scene", "n", "fedray", "authors", "fedray - authors [95%]",
+                             "authors - authors on the portable kernels [95%]", "rounds equal to the image, by seed",
+                             "the same, authors against themselves", "mean gap a round, fedray / the control"], table)
+    for r in checks:
+        n = len(r["seeds"])
+        by_round = []
+        for i in range(len(r["fedray_rounds"][0])):
+            gap = [f[i] - t[i] for f, t in zip(r["fedray_rounds"], r["authors_rounds"])]
+            moved = [t[i] - c[i] for t, c in zip(r["authors_rounds"], r["control_rounds"])]
+            by_round.append([str(i + 1), f"{sum(map(abs, gap)) / n:.2f}", f"{sum(gap) / n:+.2f}",
+                             f"{sum(map(abs, moved)) / n:.2f}"])
+        lines += ["", f"{r['method']}, {r['scene']}, by round (means over the {n} seeds, in points):", ""]
+        lines += markdown_table(["round", "fedray - authors, size", "fedray - authors", "authors against itself on "
+                                 "the portable kernels, size"], by_round)
+    return lines
+
+
+def page(rows: list[dict]) -> str:
+    """docs/authors.md from the rows of docs/records/authors.json: the table of each paper, and
+    apart from it the rows of the check with the authors' loaders in fedray's batch order."""
+    from fedray.repro import markdown_table
+
+    checks, rows = [r for r in rows if is_check(r)], [r for r in rows if not is_check(r)]
 
     lines = ["# fedray beside the authors' code", "",
              "Each seed's inputs (the split, the model's initialisation, the hyperparameters, the rounds, the "
@@ -312,6 +430,9 @@ def page(rows: list[dict]) -> str:
         if getattr(adapter, "UNALIGNED", None):
             lines += ["", "Where the two sides still differ, left as they are:", ""] + [f"- {u}." for u in adapter.UNALIGNED]
         lines += ["", "Not compared, and why:", ""] + [f"- {n}." for n in adapter.NOT_COMPARED]
+        mine_checks = [r for r in checks if r["paper"] == paper]
+        if mine_checks:
+            lines += [""] + check_lines(mine_checks)
         lines += ["", f"Minutes are wall time summed over the seeds, one CPU thread a run, on {first['cpu']}; other "
                   "runs shared the machine's cores at times, so they compare the two sides only roughly.", ""]
     return "\n".join(lines)
@@ -340,7 +461,7 @@ def inside() -> None:
 def causes(path: Path) -> None:
     """``compare.py causes [JSON]``: each saved row's ``cause`` set from CAUSES, once a cause is
     written down there (the runs stay as they are)."""
-    store = Store(path, key=lambda r: (r["paper"], r["method"], r["scene"]), field=None)
+    store = Store(path, key=key, field=None)
     saved = with_causes(store.load())
     store.save(saved)
     print(f"{path}: {sum(bool(r['cause']) for r in saved.values())} of {len(saved)} rows with a cause")
@@ -363,11 +484,9 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=OUT, help="the rows' JSON (merged by paper, method and scene)")
     parser.add_argument("--batch-order", choices=["own", "fedray"], default="own",
                         help="fedray: the authors' loaders draw fedray's batches, in fedray's order (FedAUX only), "
-                             "so that the two sides differ only in their arithmetic; a check of its own, whose "
-                             "rows (with each round's accuracy on both sides) go to an --out other than the table's")
+                             "so that the two sides differ only in their arithmetic: a check of its own, whose rows "
+                             "(each round's accuracy on both sides) the page shows apart from the table")
     args = parser.parse_args()
-    if args.batch_order != "own" and args.out.resolve() == OUT.resolve():
-        raise SystemExit(f"--batch-order {args.batch_order} is a check of its own: give it an --out other than {OUT}")
     args.work = (args.work or ROOT / "runs" / "authors" / args.paper).resolve()
     checkout = args.checkout.resolve()
     info = checkout_commit(checkout)
@@ -378,7 +497,7 @@ def main() -> None:
     start = time.perf_counter()
     fedray = paper.fedray_runs()
     authors = run_authors(paper, checkout, fedray, args.work, args.jobs, args.batch_order)
-    store = Store(args.out, key=lambda r: (r["paper"], r["method"], r["scene"]), field=None)
+    store = Store(args.out, key=key, field=None)
     saved = store.load()
     new = rows(paper, info, fedray, authors, args.batch_order)
     saved.update({store.key(r): r for r in new})
@@ -390,6 +509,9 @@ def main() -> None:
         for seed, ours, theirs in zip(r["seeds"], r.get("fedray_rounds", []), r.get("authors_rounds", [])):
             gaps = [a - b for a, b in zip(ours, theirs)]
             print(f"  seed {seed}: fedray - authors by round " + " ".join(f"{g:+.2f}" for g in gaps))
+        for seed, ours, theirs in zip(r["seeds"], r.get("authors_rounds", []), r.get("control_rounds", [])):
+            gaps = [a - b for a, b in zip(ours, theirs)]
+            print(f"  seed {seed}: authors - authors on other kernels " + " ".join(f"{g:+.2f}" for g in gaps))
     print(f"wrote {args.out} ({len(new)} rows) in {(time.perf_counter() - start) / 60:.1f} min")
 
 

@@ -189,6 +189,33 @@ def export(config, out: Path) -> dict:
     return meta
 
 
+def fedray_order(n: int, seed: int, key: int, current_round):
+    """A sampler (for the code's DataLoader) of fedray's batch order of one stream
+    (``fedray.training.batch_indices``): each pass over the n samples a randperm of one generator,
+    seeded at the round's first pass with task_seed(seed, round, key), the round being
+    ``current_round()``. A client's key is its id; the distillation's is 2**40 plus the
+    architecture's index (``Strategy.distill_weights``), here 0."""
+    import torch
+
+    from fedray.methods.base import task_seed
+
+    class FedrayOrder(torch.utils.data.Sampler):
+        def __init__(self):
+            super().__init__()
+            self.round, self.generator = None, None
+
+        def __iter__(self):
+            if current_round() != self.round:
+                self.round = current_round()
+                self.generator = torch.Generator().manual_seed(task_seed(seed, self.round, key))
+            return iter(torch.randperm(n, generator=self.generator).tolist())
+
+        def __len__(self):
+            return n
+
+    return FedrayOrder()
+
+
 def _stub_torchvision() -> None:
     """The names the code imports from torchvision, empty (nothing of it runs here)."""
     for name in ("torchvision", "torchvision.transforms", "torchvision.datasets", "torchvision.models",
@@ -235,28 +262,7 @@ def inside(checkout: Path, setup: Path, method: str, out: Path, batch_order: str
     fl_devices.torch = TorchOnCPU("torch")
     fl_devices.torch.zeros = lambda *args, device=None, **kwargs: torch.zeros(*args, **kwargs)
 
-    from fedray.methods.base import task_seed
-
     state: dict = {}
-
-    class FedrayOrder(torch.utils.data.Sampler):
-        """fedray's batch order of one stream (``fedray.training.batch_indices``): each pass over the
-        data a randperm of one generator, seeded at the round's first pass with task_seed(seed,
-        round, key): a client's key is its id, the distillation's 2**40 + the architecture's index
-        (``Strategy.distill_weights``), here 0."""
-
-        def __init__(self, n: int, key: int):
-            super().__init__()
-            self.n, self.key, self.round, self.generator = n, key, None, None
-
-        def __iter__(self):
-            if state.get("round", 0) != self.round:
-                self.round = state.get("round", 0)
-                self.generator = torch.Generator().manual_seed(task_seed(meta["seed"], self.round, self.key))
-            return iter(torch.randperm(self.n, generator=self.generator).tolist())
-
-        def __len__(self):
-            return self.n
 
     def stream(dataset) -> int | None:
         """fedray's stream key of a dataset the code shuffles: a client's or the distillation's."""
@@ -269,7 +275,8 @@ def inside(checkout: Path, setup: Path, method: str, out: Path, batch_order: str
             kwargs["num_workers"] = 0
             key = stream(dataset) if batch_order == "fedray" and kwargs.get("shuffle") else None
             if key is not None:
-                kwargs.update(shuffle=False, sampler=FedrayOrder(len(dataset), key))
+                kwargs.update(shuffle=False, sampler=fedray_order(len(dataset), meta["seed"], key,
+                                                                  lambda: state.get("round", 0)))
             super().__init__(dataset, *args, **kwargs)
 
     torch.utils.data.DataLoader = MainProcessLoader
