@@ -191,7 +191,8 @@ def test_a_check_with_fedray_batches_gives_a_cause_only_where_fedray_is_no_furth
     assert "**0 of 1 rows agree; 1 differ with a cause written down; 0 differ with no cause found.**" in text
     assert "| feddf_code | alpha 0.01, C = 0.8 | 2 | 52.00 | 55.00 | -1.00 [-5.00, +3.00] | -0.50 [-19.56, +18.56] " \
            "| 2, 1 | 0, 1 | 0.50 / 1.25 |" in text
-    assert "| 2 | 0.50 | -0.50 | 1.50 |" in text  # round 2: gaps 0.004 and -1 (size 0.50), control 2 and 1
+    assert "| 2 | 0.50 / 1.50 |" in text  # round 2: gaps 0.004 and -1 (size 0.50), the control's 2 and 1
+    assert "fedray at commit `111111111`." in text
 
 
 def test_the_check_feeds_the_authors_loaders_fedrays_batches_in_fedrays_order():
