@@ -163,7 +163,8 @@ def test_a_check_with_fedray_batches_gives_a_cause_only_where_fedray_is_no_furth
     table = {"paper": "FedAUX", "method": "feddf_code", "scene": "alpha 0.01, C = 0.8", "cause": "",
              "diff_mean": -2.8, "diff_ci": [-4.7, -0.9]}
     # two seeds, three rounds: fedray equals the code for 2 and 1 rounds (to the image, 0.005 points)
-    check = {**table, "batch_order": "fedray", "seeds": [0, 1], "authors": [50.0, 60.0], "control": [49.0, 62.0],
+    check = {**table, "batch_order": "fedray", "seeds": [0, 1], "fedray": [48.0, 56.0], "authors": [50.0, 60.0],
+             "control": [49.0, 62.0],
              "diff_mean": -1.0, "diff_ci": [-5.0, 3.0],
              "fedray_rounds": [[20.0, 40.004, 41.0], [30.0, 35.0, 50.0]],
              "authors_rounds": [[20.0, 40.0, 42.0], [30.0, 36.0, 51.0]],
@@ -174,6 +175,7 @@ def test_a_check_with_fedray_batches_gives_a_cause_only_where_fedray_is_no_furth
     cause = authors.cause_of(table, [table, check])
     assert cause.startswith("no difference in arithmetic found") and "first 1 rounds on every seed" in cause
     assert "(a mean gap of 0.50 points a round against 1.25)" in cause
+    assert "a seed moves by 3.00 points between fedray and the code and by 1.50 between the code and itself" in cause
     assert authors.cause_of(check, [table, check]) == ""  # a check row has no verdict of its own in the table
     further = {**check, "control_rounds": check["authors_rounds"]}  # the code equal to itself: fedray further
     assert authors.cause_of(table, [table, further]) == ""
