@@ -19,7 +19,9 @@ typo) for eps < 1; for eps >= 1, where that formula is not proven, the smallest 
 (eps, delta) holds exactly (Balle and Wang 2018, Theorem 8; :func:`fedray.privacy.dp_sigma`). The
 scores are computed once, from the frozen h_0, and kept for the whole run (they are in the
 checkpoint). ``regularization: code`` fits w_i as the authors' code does (sklearn C = 1/lambda: J
-with lambda / N), which spreads the scores far more (see docs/methods.md) at N times the sensitivity.
+with lambda / N), which spreads the scores far more (see docs/methods.md) at N times the sensitivity;
+``intercept: true`` and ``scorer_tol: 1e-4`` are the rest of the code's fit (an unpenalised, noised
+intercept, and sklearn's default tolerance).
 ``normaliser: public`` (the default) departs from Alg. 14 to make its privacy hold: gamma is the
 largest feature norm over the public D^- alone, and each own feature is clipped to norm 1 after
 dividing by it (:mod:`fedray.privacy.certainty` says why Alg. 14's gamma_i voids Theorem 4's bound);
@@ -73,6 +75,11 @@ class FedAUXParams(FusionParams):  # no ``share``: the scores weigh whole models
     # each own feature clipped to norm 1 after it (what makes Theorem 1's (eps, delta) hold); "paper",
     # Alg. 1's gamma_i over D_i u D^-, released without noise: no guarantee (privacy/epsilon inf)
     normaliser: Literal["public", "paper"] = "public"
+    # the authors' code's fit beside its C: an unpenalised intercept b, noised as w (true; the paper's
+    # scorer has none, and with one Theorem 1 bounds nothing: privacy/epsilon inf), and sklearn's L-BFGS
+    # tolerance (the code leaves sklearn's default, 1e-4; the default here fits J to 1e-10)
+    intercept: bool = False
+    scorer_tol: float = Field(1e-10, gt=0)
     show_clients: int = Field(4, ge=0)  # rows of the figure of each client's top-scored auxiliary inputs
 
     @property
@@ -100,7 +107,8 @@ class FedAUXClient(FedDFClient):
         set_weights(model, theta)
         own = predict_features(model, client.x).cpu().numpy().astype(np.float64)
         p = self.params
-        extra = {"regularization": p.regularization, "normaliser": p.normaliser} if p.scorer == "logistic" else {}
+        extra = {"regularization": p.regularization, "normaliser": p.normaliser, "intercept": p.intercept,
+                 "tol": p.scorer_tol} if p.scorer == "logistic" else {}
         scorer = SCORERS[p.scorer](own, np.asarray(negatives, dtype=np.float64), np.random.default_rng(task.seed),
                                    p.lam, p.noise_eps, p.delta, **extra)
         # s_i on D_distill (eq. 7.8) and on the test set, from the scorer as released (the server's numbers)
@@ -163,7 +171,7 @@ class FedAUX(FedDF):
         n_max = max(len(c.indices) for c in ctx.clients) + (0 if ctx.negatives_x is None else len(ctx.negatives_x))
         self.n_max = n_max
         self.epsilon, self.delta = privacy_spent(params.scorer, params.noise_eps, params.delta, params.regularization, n_max,
-                                                 params.normaliser)
+                                                 params.normaliser, params.intercept)
         self.teachers: list[int] = []  # the last round's teacher clients
 
     # -- preparation (Alg. 14) -------------------------------------------------------------------
@@ -233,7 +241,7 @@ class FedAUX(FedDF):
     def summary(self) -> dict[str, Any]:
         return {"privacy": {"scorer": self.params.scorer, "epsilon": self.epsilon, "delta": self.delta,
                             "lambda": self.params.lam, "regularization": self.params.regularization,
-                            "normaliser": self.params.normaliser, "n_max": self.n_max,
+                            "normaliser": self.params.normaliser, "intercept": self.params.intercept, "n_max": self.n_max,
                             # Delta / sigma of the noise at the paper's sensitivity: what an exact figure is computed from
                             "mu": None if math.isinf(self.params.noise_eps)
                             else dp_mu(self.params.noise_eps, self.params.delta)}}

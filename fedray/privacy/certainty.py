@@ -30,7 +30,9 @@ Alg. 1's gamma_i; a release under it carries no guarantee (:func:`privacy_spent`
 
 Where the authors' code departs from the paper, this follows the paper: sklearn's ``C`` is 1/(lam N),
 not 1/lam (which is N times weaker regularisation, and a sensitivity N times the noise's), and there
-is no intercept (the theorem covers w alone). ``regularization="code"`` is the code's C = 1/lam.
+is no intercept (the theorem covers w alone). ``regularization="code"`` is the code's C = 1/lam, and
+``intercept=True`` its unpenalised intercept b, noised as w is (w then carries b as a last entry:
+s(x) = sigmoid(<w, [h_0(x)/gamma, 1]>)); the code fits at sklearn's default ``tol`` of 1e-4.
 
 :data:`SCORERS` is TNNLS Fig. 4 / thesis Fig. 7.4's ablation: other ways to weigh a client's teacher
 per sample, implemented after thesis Appendix C.2. Only ``logistic`` is private.
@@ -79,7 +81,8 @@ def normalised(x: np.ndarray, gamma: float) -> np.ndarray:
 
 
 def fit_certainty(own: np.ndarray, negatives: np.ndarray, lam: float, gamma: Optional[float] = None,
-                  tol: float = 1e-10, regularization: str = "paper", kind: str = "public") -> tuple[np.ndarray, float]:
+                  tol: float = 1e-10, regularization: str = "paper", kind: str = "public",
+                  intercept: bool = False) -> tuple[np.ndarray, float]:
     """The minimiser of J (eq. 9) without noise: the client's logistic "own vs negatives" head.
 
     Args:
@@ -91,9 +94,10 @@ def fit_certainty(own: np.ndarray, negatives: np.ndarray, lam: float, gamma: Opt
         regularization: ``paper`` minimises J; ``code`` what the authors' code minimises, J with
             lambda / N (sklearn's C = 1/lam): far sharper scores, and N times the sensitivity.
         kind: the normaliser, ``public`` (private) or ``paper`` (Alg. 1's gamma_i); see the module.
+        intercept: also fit an unpenalised intercept b (the authors' code; the paper has none).
 
     Returns:
-        (w, gamma): w float64 of shape (d,).
+        (w, gamma): w float64 of shape (d,), or (d + 1,) with b last where ``intercept``.
     """
     from sklearn.linear_model import LogisticRegression
 
@@ -109,9 +113,10 @@ def fit_certainty(own: np.ndarray, negatives: np.ndarray, lam: float, gamma: Opt
     if regularization not in ("paper", "code"):
         raise ValueError(f"regularization must be 'paper' or 'code', not {regularization!r}")
     c = 1.0 / (lam * n) if regularization == "paper" else 1.0 / lam
-    model = LogisticRegression(solver="lbfgs", fit_intercept=False, C=c, max_iter=1000, tol=tol)
+    model = LogisticRegression(solver="lbfgs", fit_intercept=intercept, C=c, max_iter=1000, tol=tol)
     model.fit(x, t)
-    return model.coef_[0].astype(np.float64), gamma  # coef_ is that of classes_[1] = +1 (own)
+    w = model.coef_[0] if not intercept else np.r_[model.coef_[0], model.intercept_]  # of classes_[1] = +1 (own)
+    return w.astype(np.float64), gamma
 
 
 def dp_sigma(lam: float, eps: float, delta: float, n: int) -> float:
@@ -147,28 +152,32 @@ def dp_mu(eps: float, delta: float) -> float:
 
 def dp_certainty(own: np.ndarray, negatives: np.ndarray, lam: float, eps: float, delta: float,
                  rng: np.random.Generator, gamma: Optional[float] = None,
-                 regularization: str = "paper", kind: str = "public") -> tuple[np.ndarray, float]:
+                 regularization: str = "paper", kind: str = "public", intercept: bool = False,
+                 tol: float = 1e-10) -> tuple[np.ndarray, float]:
     """The release of Alg. 1: argmin J + N(0, sigma^2 I) (eq. 12), and gamma; (eps, delta)-DP with
-    ``kind="public"`` and ``regularization="paper"`` (:func:`privacy_spent`).
+    ``kind="public"``, ``regularization="paper"`` and no intercept (:func:`privacy_spent`).
 
     Args:
-        own, negatives, lam, gamma, regularization, kind: as :func:`fit_certainty` (the noise is the
-            paper's sigma either way, as in the authors' code).
+        own, negatives, lam, gamma, regularization, kind, intercept, tol: as :func:`fit_certainty`
+            (the noise is the paper's sigma either way, on b too, as in the authors' code).
         eps, delta: the privacy of the released w (:func:`dp_sigma`).
         rng: draws the noise.
 
     Returns:
         (w_noisy, gamma).
     """
-    w, gamma = fit_certainty(own, negatives, lam, gamma, regularization=regularization, kind=kind)
+    w, gamma = fit_certainty(own, negatives, lam, gamma, tol, regularization, kind, intercept)
     sigma = dp_sigma(lam, eps, delta, len(own) + len(negatives))
     return w + rng.normal(0.0, sigma, size=w.shape), gamma
 
 
 def certainty_scores(w: np.ndarray, gamma: float, features: np.ndarray) -> np.ndarray:
     """s(x) = sigmoid(<w, h_0(x)/gamma>) + xi (eq. 11), float64, one per row of ``features``; h_0(x)/gamma
-    clipped to norm 1 as in the fit (:func:`normalised`)."""
-    z = normalised(features, gamma) @ np.asarray(w, dtype=np.float64)
+    clipped to norm 1 as in the fit (:func:`normalised`). A w one longer than the features carries an
+    intercept last (:func:`fit_certainty`'s ``intercept``)."""
+    w = np.asarray(w, dtype=np.float64)
+    x = normalised(features, gamma)
+    z = x @ w if len(w) == x.shape[1] else x @ w[:-1] + w[-1]
     return _sigmoid(z) + XI
 
 
@@ -192,7 +201,8 @@ class LogisticScorer:
     """The DP logistic scorer: the release of Alg. 1 is these two arrays and nothing else.
 
     Attributes:
-        w: the noised w_i*, shape (d,), float64.
+        w: the noised w_i*, shape (d,), float64; (d + 1,) with the noised intercept last where the
+            scorer fits one (the authors' code).
         gamma: the normaliser gamma_i, a 0-d float64 array (an array, so the host can count its bytes).
     """
 
@@ -286,10 +296,12 @@ def _seed(rng: np.random.Generator) -> int:
 
 
 def fit_logistic(own, negatives, rng, lam, eps, delta, regularization: str = "paper",
-                 normaliser: str = "public") -> LogisticScorer:
-    """The DP logistic scorer of Alg. 1 (``regularization``, ``normaliser``: :func:`fit_certainty`'s
-    ``regularization`` and ``kind``; what it spends: :func:`privacy_spent`)."""
-    w, gamma = dp_certainty(own, negatives, lam, eps, delta, rng, regularization=regularization, kind=normaliser)
+                 normaliser: str = "public", intercept: bool = False, tol: float = 1e-10) -> LogisticScorer:
+    """The DP logistic scorer of Alg. 1 (``regularization``, ``normaliser``, ``intercept``, ``tol``:
+    :func:`fit_certainty`'s ``regularization``, ``kind``, ``intercept`` and ``tol``; what it spends:
+    :func:`privacy_spent`)."""
+    w, gamma = dp_certainty(own, negatives, lam, eps, delta, rng, regularization=regularization, kind=normaliser,
+                            intercept=intercept, tol=tol)
     return LogisticScorer(w, np.asarray(gamma, dtype=np.float64))
 
 
@@ -372,7 +384,7 @@ def scorer_from_upload(payload: Any) -> Scorer:
 
 
 def privacy_spent(name: str, eps: float, delta: float, regularization: str = "paper",
-                  n_max: int = 1, normaliser: str = "public") -> tuple[float, float]:
+                  n_max: int = 1, normaliser: str = "public", intercept: bool = False) -> tuple[float, float]:
     """(eps, delta) that releasing a ``name`` scorer costs each client, exact for the Gaussian mechanism
     (Balle and Wang 2018, Theorem 8) at the sensitivity the release really has.
 
@@ -385,7 +397,8 @@ def privacy_spent(name: str, eps: float, delta: float, regularization: str = "pa
       is (the exact eps at the configured delta, delta): eps 0.1, delta 1e-5 and N 500 spend eps 96.4,
       not eps N = 50 (at which the exact delta is 0.59).
     - ``logistic`` under ``normaliser: paper``: gamma_i is released without noise and the map moves
-      with D_i, so no guarantee is known: (inf, 1). So too without noise (``eps`` inf).
+      with D_i, so no guarantee is known: (inf, 1). So too without noise (``eps`` inf), and with an
+      intercept: J is not strongly convex in the unpenalised b, so Theorem 1 bounds nothing.
     - ``equal`` and ``random``: (0, 0), they release nothing about the data; the other scorers are not
       private: (inf, 1).
 
@@ -396,7 +409,7 @@ def privacy_spent(name: str, eps: float, delta: float, regularization: str = "pa
         raise KeyError(f"unknown scorer {name!r}; known: {', '.join(SCORERS)}")
     if name in ("equal", "random"):
         return 0.0, 0.0
-    if name != "logistic" or normaliser == "paper" or math.isinf(eps):
+    if name != "logistic" or normaliser == "paper" or intercept or math.isinf(eps):
         return math.inf, 1.0
     mu = dp_mu(eps, delta)
     if regularization == "code":

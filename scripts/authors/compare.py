@@ -68,8 +68,9 @@ CAUSES: dict[tuple[str, str], str] = {
                     "with a cosine schedule and clipping, the plain aggregate broadcast) fedray agrees with the code",
     ("FedAUX", "fedaux"): "the paper's rules against the code's: fedray's fedaux fits the certainty scorer under the "
                           "paper's J with lambda / N (eq. 7.7), whose weights (norm about 1) lie below the privacy "
-                          "noise, so the scores hardly rank; the code fits sklearn's C = 1 / lambda (norm 34-42), and "
-                          "under that rule (fedaux_code, fedaux_code_gamma) fedray agrees with the code",
+                          "noise, so the scores hardly rank; the code fits sklearn's C = 1 / lambda (norm 34-42) with "
+                          "an intercept, and keeps its Adams and averages unweighted as for its baselines; under the "
+                          "code's rules (fedaux_code) fedray agrees with the code",
     ("FedGen", "fedgen"): "the rule the code means against what it computes: fedray's fedgen weighs each user's "
                           "cross-entropy on G(eps, y) by its share of label y, per sample (`teacher: counts`); the "
                           "code multiplies each user's mean cross-entropy by its mean label weight over the batch, a "

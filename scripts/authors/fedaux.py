@@ -33,19 +33,21 @@ import numpy as np
 
 ROOT = Path(__file__).resolve().parents[2]
 
-# fedray's method (scripts/repro/fedaux.py's claim experiment) -> the code's aggregation_mode. Every
-# fedray FedAUX rule runs against their one FedAUX: the paper's J, the code's C = 1/lambda, and the
-# code's C with the code's (Alg. 14's) gamma_i
+# fedray's method (scripts/repro/fedaux.py's claim experiment) -> the code's aggregation_mode. Both
+# fedray FedAUX rules run against their one FedAUX: the paper's, and the code's (``fedaux_code``)
 METHODS = {"fedavg": "FedAVG", "fedprox": "FedPROX", "feddf": "FedDF", "fedavg_p": "FedAVG+P",
            "fedprox_p": "FedPROX+P", "feddf_p": "FedDF+P", "fedaux": "FedAUX", "fedaux_code": "FedAUX",
-           "fedaux_code_gamma": "FedAUX", "fedavg_code": "FedAVG", "fedprox_code": "FedPROX", "feddf_code": "FedDF",
+           "fedavg_code": "FedAVG", "fedprox_code": "FedPROX", "feddf_code": "FedDF",
            "fedavg_p_code": "FedAVG+P", "fedprox_p_code": "FedPROX+P", "feddf_p_code": "FedDF+P"}
 # the code's rules for a baseline: each client's Adam lives for the whole run (fl_devices.py:53), the
 # server's distillation Adam too (:131), and the mean is unweighted (:148-152)
 CODE_RULES = ["training.optimizer_state=keep", "algorithm.weighted=false"]
 DISTILL_RULES = CODE_RULES + ["algorithm.distill.optimizer_state=keep"]
+# the code's certainty scorer (fl_devices.py:76-113) beyond its C = 1/lambda (repro_fedaux's fedaux_code):
+# Alg. 14's gamma_i over D_i and D^-, an intercept noised as w, sklearn's default tolerance
+SCORER_RULES = ["algorithm.normaliser=paper", "algorithm.intercept=true", "algorithm.scorer_tol=1e-4"]
 # a method of this adapter's own: repro_fedaux's method it is, and the overrides added to it
-VARIANTS = {"fedaux_code_gamma": ("fedaux_code", ["algorithm.normaliser=paper"]),
+VARIANTS = {"fedaux_code": ("fedaux_code", SCORER_RULES + DISTILL_RULES),
             "fedavg_code": ("fedavg", CODE_RULES), "fedprox_code": ("fedprox", CODE_RULES),
             "feddf_code": ("feddf", DISTILL_RULES), "fedavg_p_code": ("fedavg_p", CODE_RULES),
             "fedprox_p_code": ("fedprox_p", CODE_RULES), "feddf_p_code": ("feddf_p", DISTILL_RULES)}
@@ -88,16 +90,17 @@ ADAPTATIONS = [
 UNALIGNED = [
     "the code's Adam optimisers live for the whole run, one per client (`fl_devices.py:53`) and one for the server's "
     "distillation (`:131`); fedray starts a fresh Adam for each local training and each distillation, except in "
-    "the baselines' `_code` methods (`training.optimizer_state: keep`, and `distill.optimizer_state: keep` for "
-    "FedDF), and the FedAUX rules keep fresh ones",
+    "the `_code` methods (`training.optimizer_state: keep`, and `distill.optimizer_state: keep` for "
+    "FedDF and FedAUX)",
     "the code's FedAUX scorer is sklearn's `LogisticRegression(C=1/lambda)` with an intercept, lbfgs at sklearn's tol "
-    "1e-4, labels own 0 / public 1, and noise on coefficients and intercept from numpy's global generator "
-    "(`fl_devices.py:84-113`); fedray's `regularization: code` has C = 1/lambda too, but no intercept (the paper's "
-    "scorer has none) and tol 1e-10, and its default `normaliser: public` takes gamma from D^- alone where the code's "
-    "gamma_i is over D_i and D^- (`normaliser: paper`, method `fedaux_code_gamma`)",
+    "1e-4, on gamma_i over D_i and D^- (Alg. 14's), labels own 0 / public 1, and noise on coefficients and intercept "
+    "(`fl_devices.py:76-113`); fedray's `fedaux` fits the paper's J (C = 1/(lambda N), no intercept, tol 1e-10, "
+    "gamma from D^- alone); `fedaux_code` fits the code's scorer (`regularization: code`, `intercept: true`, "
+    "`scorer_tol: 1e-4`, `normaliser: paper`), its labels the other way round, which negates w and b and leaves "
+    "the scores as they are",
     "the code's FedAvg mean is unweighted (`fl_devices.py:148-152`), fedray's weighted by |D_i| (`weighted: true`) "
-    "except in the baselines' `_code` methods; the client sizes differ by a few samples in 2,750 here",
-    "the batch orders and the noise come from other generators"]
+    "except in the `_code` methods; the client sizes differ by a few samples in 2,750 here",
+    "the batch orders and the privacy noise come from other generators (the code's noise from numpy's global one)"]
 # what is not compared, and why
 NOT_COMPARED = [
     "FedBE and FedBE+P: the authors' repository has no implementation of them",

@@ -66,7 +66,7 @@ def test_preparation_scores_every_client_once_and_counts_its_bytes(tmp_path):
     # N: the largest |D_i| plus the 100 negatives; mu: Delta / sigma of the noise (analytic at eps 10)
     n_max = max(len(c.indices) for c in fed.experiment.clients) + 100
     assert summary["privacy"] == {"scorer": "logistic", "epsilon": 10.0, "delta": 1e-5, "lambda": 0.1,
-                                  "regularization": "paper", "normaliser": "public", "n_max": n_max,
+                                  "regularization": "paper", "normaliser": "public", "intercept": False, "n_max": n_max,
                                   "mu": pytest.approx(2.0004456204306324, rel=1e-12)}
     assert json.loads((tmp_path / "run" / "result.json").read_text())["privacy"]["epsilon"] == 10.0
 

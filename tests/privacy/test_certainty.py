@@ -111,6 +111,33 @@ def test_fit_is_the_minimiser_of_j_and_not_the_authors_c():
         fit_certainty(own, negatives, lam, regularization="sklearn")
 
 
+def test_intercept_is_the_authors_fit_and_score():
+    # the code's recipe (fl_devices.py:84-113): labels own 0 / public 1, C = 1/lam with an intercept,
+    # the score is the probability of class 0. fedray's labels are the other way round (own +1), so its
+    # (w, b) is the code's negated and its sigmoid the code's class-0 probability
+    rng = np.random.default_rng(3)
+    own, negatives = rng.normal(0.8, 1.0, size=(30, 5)), rng.normal(0.0, 1.0, size=(70, 5))
+    lam, gamma = 0.1, normaliser(own, negatives, "paper")
+    x = np.vstack([own, negatives]) / gamma
+    code = LogisticRegression(C=1 / lam, max_iter=1000, tol=1e-10).fit(x, np.r_[np.zeros(30), np.ones(70)])
+    w, _ = fit_certainty(own, negatives, lam, regularization="code", kind="paper", intercept=True)
+    assert w.shape == (6,) and abs(w[-1]) > 0.1  # the blobs are off-centre: b is far from 0
+    np.testing.assert_allclose(w, -np.r_[code.coef_[0], code.intercept_], atol=1e-6)
+    probe = rng.normal(0.4, 1.0, size=(50, 5))
+    np.testing.assert_allclose(certainty_scores(w, gamma, probe), code.predict_proba(probe / gamma)[:, 0] + XI,
+                               atol=1e-7)
+    # the noise falls on b too: one draw per entry, from the same generator in the same order
+    eps, delta = 0.1, 1e-5
+    noisy, _ = dp_certainty(own, negatives, lam, eps, delta, np.random.default_rng(9), regularization="code",
+                            kind="paper", intercept=True)
+    draws = np.random.default_rng(9).normal(0.0, dp_sigma(lam, eps, delta, 100), size=6)
+    np.testing.assert_allclose(noisy, w + draws, atol=1e-6)
+    # the upload carries b as a last entry of w: 8 more bytes, and no privacy (Theorem 1 bounds w alone)
+    upload = SCORERS["logistic"](own, negatives, np.random.default_rng(9), lam, eps, delta, "code", "paper", True)
+    assert nbytes(upload) == 6 * 8 + 8
+    assert privacy_spent("logistic", eps, delta, "code", 100, intercept=True) == (math.inf, 1.0)
+
+
 # -- Theorem 1: sensitivity 2 / (lam N), empirically ----------------------------------------------------
 @pytest.mark.parametrize("lam, floor", [(0.1, 0.3), (1.0, 0.4)])
 def test_sensitivity_is_at_most_2_over_lam_n(lam, floor):
