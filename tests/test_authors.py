@@ -215,3 +215,31 @@ def test_the_check_feeds_the_authors_loaders_fedrays_batches_in_fedrays_order():
     now["round"] = 4  # a new round: the stream seeded anew, as fedray's next task
     (first, *_) = [b for (b,) in loader]
     assert first.tolist() == next(batch_indices(10, 4, 3, torch.Generator().manual_seed(task_seed(7, 4, 2**40)))).tolist()
+
+
+def test_the_check_feeds_the_codes_scorer_fedrays_privacy_noise():
+    # the code's scorer (fl_devices.py:84-113): labels own 0 / public 1, C = 1/lambda with an intercept,
+    # coefficients then intercept noised by numpy's `random.normal`, the score the probability of class 0.
+    # Fed fedray_noise, it releases what fedray's fedaux_code client releases
+    from sklearn.linear_model import LogisticRegression
+
+    from fedray.methods.base import task_seed
+    from fedray.privacy import SCORERS
+    from fedray.privacy.certainty import XI, dp_sigma
+
+    adapter = script("authors.fedaux")
+    data = np.random.default_rng(0)
+    own, negatives = data.normal(0.5, 1.0, size=(40, 6)), data.normal(0.0, 1.0, size=(60, 6))
+    lam, eps, delta, seed, client = 0.1, 0.1, 1e-5, 3, 5
+    x = np.vstack([own, negatives])
+    gamma = np.linalg.norm(x, axis=1).max()
+    code = LogisticRegression(C=1 / lam, max_iter=1000, tol=1e-10).fit(x / gamma, np.r_[np.zeros(40), np.ones(60)])
+    noise, sigma = adapter.fedray_noise(seed, client), dp_sigma(lam, eps, delta, 100)
+    code.coef_ = code.coef_ + sigma * noise.normal(size=code.coef_.shape)
+    code.intercept_ = code.intercept_ + sigma * noise.normal(size=code.intercept_.shape)
+    ours = SCORERS["logistic"](own, negatives, np.random.default_rng(task_seed(seed, 0, client)), lam, eps, delta,
+                               "code", "paper", True, 1e-10)
+    probe = data.normal(0.3, 1.0, size=(30, 6))
+    theirs = code.predict_proba(probe / gamma)[:, 0] + XI
+    assert theirs.std() > 0.05  # the noise leaves scores that rank
+    np.testing.assert_allclose(ours.score(probe), theirs, atol=1e-7)

@@ -231,10 +231,25 @@ def _stub_torchvision() -> None:
     sys.modules["torchvision.models.resnet"].ResNet = sys.modules["torchvision.models.resnet"].BasicBlock = None
 
 
+def fedray_noise(seed: int, client: int):
+    """numpy's ``random`` module for the code's scorer (``fl_devices.py:100-101``), its ``normal``
+    drawing fedray's privacy noise of ``client`` instead of the global generator's: fedray's
+    standard normals of the client's preparation (``np.random.default_rng(task_seed(seed, 0, client))``,
+    one per coefficient, then the intercept's), negated, since the code's labels are fedray's the
+    other way round and its (w, b) fedray's negated (``fedray.privacy.fit_certainty``)."""
+    from fedray.methods.base import task_seed
+
+    rng = np.random.default_rng(task_seed(seed, 0, client))
+    module = types.ModuleType("numpy.random")
+    module.normal = lambda size: -rng.standard_normal(size)
+    return module
+
+
 def inside(checkout: Path, setup: Path, method: str, out: Path, batch_order: str = "own") -> None:
     """Run the authors' mode of ``method`` on the inputs in ``setup`` and write the per-round
     measures to ``out``. ``batch_order="fedray"``: the clients' and the distillation's loaders draw
-    fedray's batches in fedray's order (:class:`FedrayOrder`), so that only the arithmetic differs."""
+    fedray's batches in fedray's order (:class:`FedrayOrder`) and the scorer fedray's privacy noise
+    (:func:`fedray_noise`), so that only the arithmetic differs."""
     import runpy
 
     import torch
@@ -343,6 +358,21 @@ def inside(checkout: Path, setup: Path, method: str, out: Path, batch_order: str
 
     fl_devices.Server.select_clients = select_clients
 
+    if batch_order == "fedray":  # the scorer's privacy noise: fedray's draw of the client
+        score = fl_devices.Client.extract_features_and_compute_scores
+
+        class NumpyWithFedrayNoise(types.ModuleType):
+            def __getattr__(self, name):
+                return state.get("noise", np.random) if name == "random" else getattr(np, name)
+
+        fl_devices.np = NumpyWithFedrayNoise("numpy")
+
+        def fedray_noise_scores(self, *args, **kwargs):
+            state["noise"] = fedray_noise(meta["seed"], self.id)
+            return score(self, *args, **kwargs)
+
+        fl_devices.Client.extract_features_and_compute_scores = fedray_noise_scores
+
     # fedray's measure, after each round's distillation: logged at federated_learning.py:153
     scores: dict[str, list] = {"accuracy": []}
 
@@ -392,7 +422,7 @@ def _measure(values: list[float], primary: str) -> float:
 class Paper:
     """FedAUX Table I / thesis Table 7.1 at alpha 0.01 (repro_fedaux's claim experiment, Fashion-MNIST
     at the reproduction's scale): FedAvg, FedProx, FedDF, each with and without "+P", and FedAUX in
-    fedray's three rules, against the authors' code; measure: repro_fedaux's primary, Table I's
+    fedray's two rules, against the authors' code; measure: repro_fedaux's primary, Table I's
     maximum accuracy over the rounds."""
 
     name = "FedAUX"
