@@ -22,7 +22,7 @@ are kept). The authors' code runs unchanged from its checkout: the adapter only 
 what the docs list (unused imports, the client draw, where results go) and adds fedray's measure.
 
 ``--batch-order fedray`` (FedAUX) is a check of the arithmetic: the authors' loaders draw fedray's
-batches in fedray's order, and each authors' run runs a second time on torch's portable kernels as
+batches in fedray's order, and the code's certainty scorer fedray's privacy noise, and each authors' run runs a second time on torch's portable kernels as
 a control of how far float rounding alone moves a run; its rows keep each round's accuracy of the
 three runs, and the page shows them apart from the table.
 
@@ -321,7 +321,9 @@ def check_lines(checks: list[dict]) -> list[str]:
 
     lines = ["### With the same batches on both sides", "",
              "A check of the arithmetic (`--batch-order fedray`): the authors' client and distillation loaders draw "
-             "fedray's batches in fedray's order, so that the two sides differ only in how they compute. Equal "
+             "fedray's batches in fedray's order, and FedAUX's scorer adds fedray's privacy noise (fedray's draw of "
+             "each client, in place of numpy's global generator), so that the two sides differ only in how they "
+             "compute. Equal "
              "arithmetic gives equal accuracies until float rounding (other orders of additions, other kernels) "
              "sets the models apart; how fast that alone moves them shows in the control, the authors' code "
              "against itself on torch's portable kernels (`ATEN_CPU_CAPABILITY=default`), the same batches on "
@@ -485,7 +487,8 @@ def main() -> None:
     parser.add_argument("--work", type=Path, help="the runs' folder (default runs/authors/<paper>)")
     parser.add_argument("--out", type=Path, default=OUT, help="the rows' JSON (merged by paper, method and scene)")
     parser.add_argument("--batch-order", choices=["own", "fedray"], default="own",
-                        help="fedray: the authors' loaders draw fedray's batches, in fedray's order (FedAUX only), "
+                        help="fedray: the authors' loaders draw fedray's batches, in fedray's order, and their scorer "
+                             "fedray's privacy noise (FedAUX only), "
                              "so that the two sides differ only in their arithmetic: a check of its own, whose rows "
                              "(each round's accuracy on both sides) the page shows apart from the table")
     args = parser.parse_args()
