@@ -219,8 +219,9 @@ def test_the_check_feeds_the_authors_loaders_fedrays_batches_in_fedrays_order():
 
 def test_the_check_feeds_the_codes_scorer_fedrays_privacy_noise():
     # the code's scorer (fl_devices.py:84-113): labels own 0 / public 1, C = 1/lambda with an intercept,
-    # coefficients then intercept noised by numpy's `random.normal`, the score the probability of class 0.
-    # Fed fedray_noise, it releases what fedray's fedaux_code client releases
+    # coefficients then intercept noised by numpy's `random.normal`, the score the probability of class 0;
+    # sklearn's default tol on float32 features. Fed fedray_noise, it releases what fedray's fedaux_code
+    # client releases
     from sklearn.linear_model import LogisticRegression
 
     from fedray.methods.base import task_seed
@@ -229,16 +230,18 @@ def test_the_check_feeds_the_codes_scorer_fedrays_privacy_noise():
 
     adapter = script("authors.fedaux")
     data = np.random.default_rng(0)
-    own, negatives = data.normal(0.5, 1.0, size=(40, 6)), data.normal(0.0, 1.0, size=(60, 6))
+    own = data.normal(0.5, 1.0, size=(40, 6)).astype(np.float32)
+    negatives = data.normal(0.0, 1.0, size=(60, 6)).astype(np.float32)
     lam, eps, delta, seed, client = 0.1, 0.1, 1e-5, 3, 5
     x = np.vstack([own, negatives])
     gamma = np.linalg.norm(x, axis=1).max()
-    code = LogisticRegression(C=1 / lam, max_iter=1000, tol=1e-10).fit(x / gamma, np.r_[np.zeros(40), np.ones(60)])
+    code = LogisticRegression(C=1 / lam, max_iter=1000).fit(x / gamma, np.r_[np.zeros(40), np.ones(60)])
+    assert code.coef_.dtype == np.float32
     noise, sigma = adapter.fedray_noise(seed, client), dp_sigma(lam, eps, delta, 100)
     code.coef_ = code.coef_ + sigma * noise.normal(size=code.coef_.shape)
     code.intercept_ = code.intercept_ + sigma * noise.normal(size=code.intercept_.shape)
     ours = SCORERS["logistic"](own, negatives, np.random.default_rng(task_seed(seed, 0, client)), lam, eps, delta,
-                               "code", "paper", True, 1e-10)
+                               "code", "paper", True, 1e-4, "float32")
     probe = data.normal(0.3, 1.0, size=(30, 6))
     theirs = code.predict_proba(probe / gamma)[:, 0] + XI
     assert theirs.std() > 0.05  # the noise leaves scores that rank

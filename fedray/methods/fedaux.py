@@ -20,8 +20,8 @@ typo) for eps < 1; for eps >= 1, where that formula is not proven, the smallest 
 scores are computed once, from the frozen h_0, and kept for the whole run (they are in the
 checkpoint). ``regularization: code`` fits w_i as the authors' code does (sklearn C = 1/lambda: J
 with lambda / N), which spreads the scores far more (see docs/methods.md) at N times the sensitivity;
-``intercept: true`` and ``scorer_tol: 1e-4`` are the rest of the code's fit (an unpenalised, noised
-intercept, and sklearn's default tolerance).
+``intercept: true``, ``scorer_tol: 1e-4`` and ``scorer_dtype: float32`` are the rest of the code's fit
+(an unpenalised, noised intercept, sklearn's default tolerance, on float32 features).
 ``normaliser: public`` (the default) departs from Alg. 14 to make its privacy hold: gamma is the
 largest feature norm over the public D^- alone, and each own feature is clipped to norm 1 after
 dividing by it (:mod:`fedray.privacy.certainty` says why Alg. 14's gamma_i voids Theorem 4's bound);
@@ -76,10 +76,12 @@ class FedAUXParams(FusionParams):  # no ``share``: the scores weigh whole models
     # Alg. 1's gamma_i over D_i u D^-, released without noise: no guarantee (privacy/epsilon inf)
     normaliser: Literal["public", "paper"] = "public"
     # the authors' code's fit beside its C: an unpenalised intercept b, noised as w (true; the paper's
-    # scorer has none, and with one Theorem 1 bounds nothing: privacy/epsilon inf), and sklearn's L-BFGS
-    # tolerance (the code leaves sklearn's default, 1e-4; the default here fits J to 1e-10)
+    # scorer has none, and with one Theorem 1 bounds nothing: privacy/epsilon inf), sklearn's L-BFGS
+    # tolerance (the code leaves sklearn's default, 1e-4; the default here fits J to 1e-10), and the
+    # precision of the fit (the code fits on the model's float32 features; at tol 1e-4 it matters)
     intercept: bool = False
     scorer_tol: float = Field(1e-10, gt=0)
+    scorer_dtype: Literal["float64", "float32"] = "float64"
     show_clients: int = Field(4, ge=0)  # rows of the figure of each client's top-scored auxiliary inputs
 
     @property
@@ -108,7 +110,7 @@ class FedAUXClient(FedDFClient):
         own = predict_features(model, client.x).cpu().numpy().astype(np.float64)
         p = self.params
         extra = {"regularization": p.regularization, "normaliser": p.normaliser, "intercept": p.intercept,
-                 "tol": p.scorer_tol} if p.scorer == "logistic" else {}
+                 "tol": p.scorer_tol, "dtype": p.scorer_dtype} if p.scorer == "logistic" else {}
         scorer = SCORERS[p.scorer](own, np.asarray(negatives, dtype=np.float64), np.random.default_rng(task.seed),
                                    p.lam, p.noise_eps, p.delta, **extra)
         # s_i on D_distill (eq. 7.8) and on the test set, from the scorer as released (the server's numbers)

@@ -67,22 +67,22 @@ def normaliser(own: np.ndarray, negatives: np.ndarray, kind: str = "public") -> 
     return largest if kind == "public" else max(float(np.linalg.norm(own, axis=1).max()), largest)
 
 
-def normalised(x: np.ndarray, gamma: float) -> np.ndarray:
-    """x / gamma, each row clipped to norm at most 1 (float64): the feature map of fit and score.
+def normalised(x: np.ndarray, gamma: float, dtype: str = "float64") -> np.ndarray:
+    """x / gamma, each row clipped to norm at most 1 (in ``dtype``): the feature map of fit and score.
 
     Where gamma bounds every row (Alg. 1's gamma_i on D_i u D^-) the clip changes nothing, so the
     paper's map is this one. With the public gamma it is what makes Theorem 1 apply: the map no
     longer depends on D_i, and a replaced sample of any norm enters with norm <= 1. (Measured in
     ``tests/privacy/test_certainty.py``, N = 800: with Alg. 1's gamma_i recomputed on the neighbour,
     one replaced sample of norm 20 moved w* by 15 times 2/(lam N); with the public one, 0.35 of it.)"""
-    z = np.asarray(x, dtype=np.float64) / float(gamma)
+    z = np.asarray(x, dtype=dtype) / np.dtype(dtype).type(gamma)
     norms = np.linalg.norm(z, axis=1, keepdims=True) if z.ndim == 2 else np.linalg.norm(z)
     return z / np.maximum(norms, 1.0)
 
 
 def fit_certainty(own: np.ndarray, negatives: np.ndarray, lam: float, gamma: Optional[float] = None,
                   tol: float = 1e-10, regularization: str = "paper", kind: str = "public",
-                  intercept: bool = False) -> tuple[np.ndarray, float]:
+                  intercept: bool = False, dtype: str = "float64") -> tuple[np.ndarray, float]:
     """The minimiser of J (eq. 9) without noise: the client's logistic "own vs negatives" head.
 
     Args:
@@ -95,14 +95,20 @@ def fit_certainty(own: np.ndarray, negatives: np.ndarray, lam: float, gamma: Opt
             lambda / N (sklearn's C = 1/lam): far sharper scores, and N times the sensitivity.
         kind: the normaliser, ``public`` (private) or ``paper`` (Alg. 1's gamma_i); see the module.
         intercept: also fit an unpenalised intercept b (the authors' code; the paper has none).
+        dtype: the precision of the fit: ``float32`` fits on the features as the model gives them
+            (sklearn's L-BFGS keeps float32), as the authors' code does; where ``tol`` stops the
+            solver short of the optimum, where it stops depends on it.
 
     Returns:
         (w, gamma): w float64 of shape (d,), or (d + 1,) with b last where ``intercept``.
     """
     from sklearn.linear_model import LogisticRegression
 
+    if dtype not in ("float64", "float32"):
+        raise ValueError(f"dtype must be 'float64' or 'float32', not {dtype!r}")
+    own, negatives = np.asarray(own, dtype=dtype), np.asarray(negatives, dtype=dtype)
     gamma = normaliser(own, negatives, kind) if gamma is None else float(gamma)
-    x = normalised(np.vstack([own, negatives]), gamma)
+    x = normalised(np.vstack([own, negatives]), gamma, dtype)
     t = np.r_[np.ones(len(own)), -np.ones(len(negatives))]  # t_x: +1 own, -1 negatives
     n = len(x)
     # sklearn minimises 1/2 ||w||^2 + C sum_x l(t_x <w, x>). With C = 1/(lam N) that is
@@ -153,12 +159,12 @@ def dp_mu(eps: float, delta: float) -> float:
 def dp_certainty(own: np.ndarray, negatives: np.ndarray, lam: float, eps: float, delta: float,
                  rng: np.random.Generator, gamma: Optional[float] = None,
                  regularization: str = "paper", kind: str = "public", intercept: bool = False,
-                 tol: float = 1e-10) -> tuple[np.ndarray, float]:
+                 tol: float = 1e-10, dtype: str = "float64") -> tuple[np.ndarray, float]:
     """The release of Alg. 1: argmin J + N(0, sigma^2 I) (eq. 12), and gamma; (eps, delta)-DP with
     ``kind="public"``, ``regularization="paper"`` and no intercept (:func:`privacy_spent`).
 
     Args:
-        own, negatives, lam, gamma, regularization, kind, intercept, tol: as :func:`fit_certainty`
+        own, negatives, lam, gamma, regularization, kind, intercept, tol, dtype: as :func:`fit_certainty`
             (the noise is the paper's sigma either way, on b too, as in the authors' code).
         eps, delta: the privacy of the released w (:func:`dp_sigma`).
         rng: draws the noise.
@@ -166,7 +172,7 @@ def dp_certainty(own: np.ndarray, negatives: np.ndarray, lam: float, eps: float,
     Returns:
         (w_noisy, gamma).
     """
-    w, gamma = fit_certainty(own, negatives, lam, gamma, tol, regularization, kind, intercept)
+    w, gamma = fit_certainty(own, negatives, lam, gamma, tol, regularization, kind, intercept, dtype)
     sigma = dp_sigma(lam, eps, delta, len(own) + len(negatives))
     return w + rng.normal(0.0, sigma, size=w.shape), gamma
 
@@ -296,12 +302,13 @@ def _seed(rng: np.random.Generator) -> int:
 
 
 def fit_logistic(own, negatives, rng, lam, eps, delta, regularization: str = "paper",
-                 normaliser: str = "public", intercept: bool = False, tol: float = 1e-10) -> LogisticScorer:
-    """The DP logistic scorer of Alg. 1 (``regularization``, ``normaliser``, ``intercept``, ``tol``:
-    :func:`fit_certainty`'s ``regularization``, ``kind``, ``intercept`` and ``tol``; what it spends:
-    :func:`privacy_spent`)."""
+                 normaliser: str = "public", intercept: bool = False, tol: float = 1e-10,
+                 dtype: str = "float64") -> LogisticScorer:
+    """The DP logistic scorer of Alg. 1 (``regularization``, ``normaliser``, ``intercept``, ``tol``,
+    ``dtype``: :func:`fit_certainty`'s ``regularization``, ``kind``, ``intercept``, ``tol`` and ``dtype``;
+    what it spends: :func:`privacy_spent`)."""
     w, gamma = dp_certainty(own, negatives, lam, eps, delta, rng, regularization=regularization, kind=normaliser,
-                            intercept=intercept, tol=tol)
+                            intercept=intercept, tol=tol, dtype=dtype)
     return LogisticScorer(w, np.asarray(gamma, dtype=np.float64))
 
 

@@ -138,6 +138,25 @@ def test_intercept_is_the_authors_fit_and_score():
     assert privacy_spent("logistic", eps, delta, "code", 100, intercept=True) == (math.inf, 1.0)
 
 
+def test_a_float32_fit_stops_where_the_authors_float32_fit_stops():
+    # at sklearn's tol 1e-4 L-BFGS stops short of the optimum, where depends on the precision; the code
+    # fits on float32 features, and so does dtype="float32" (its coefficients the code's negated)
+    rng = np.random.default_rng(4)
+    own = rng.normal(0.3, 1.0, size=(300, 16)).astype(np.float32)
+    negatives = rng.normal(0.0, 1.0, size=(500, 16)).astype(np.float32)
+    x = np.vstack([own, negatives])
+    gamma = np.linalg.norm(x, axis=1).max()
+    code = LogisticRegression(C=10.0, max_iter=1000).fit(x / gamma, np.r_[np.zeros(300), np.ones(500)])
+    theirs = -np.r_[code.coef_[0], code.intercept_].astype(np.float64)
+    fit = lambda dtype, tol: fit_certainty(own, negatives, 0.1, regularization="code", kind="paper",  # noqa: E731
+                                           intercept=True, tol=tol, dtype=dtype)[0]
+    np.testing.assert_allclose(fit("float32", 1e-4), theirs, rtol=0, atol=1e-6)
+    optimum = fit("float64", 1e-12)
+    assert np.abs(theirs - optimum).max() > 1e-3  # short of the optimum, so the precision matters
+    with pytest.raises(ValueError, match="dtype must be 'float64' or 'float32', not 'float16'"):
+        fit("float16", 1e-4)
+
+
 # -- Theorem 1: sensitivity 2 / (lam N), empirically ----------------------------------------------------
 @pytest.mark.parametrize("lam, floor", [(0.1, 0.3), (1.0, 0.4)])
 def test_sensitivity_is_at_most_2_over_lam_n(lam, floor):
