@@ -195,6 +195,9 @@ def test_a_check_with_fedray_batches_gives_a_cause_only_where_fedray_is_no_furth
            "| 2, 1 | 0, 1 | 0.50 / 1.25 |" in text
     assert "| 2 | 0.50 / 1.50 |" in text  # round 2: gaps 0.004 and -1 (size 0.50), the control's 2 and 1
     assert "fedray at commit `111111111`." in text
+    # after the check, what it leaves apart (the adapter's CHECK_NOTES); a paper without a check has none
+    notes = "What the check leaves apart, and what it does:\n\n- " + script("authors.fedaux").CHECK_NOTES[0] + "."
+    assert notes in text and "What the check leaves apart" not in authors.page(rows[:1])
 
 
 def test_the_check_feeds_the_authors_loaders_fedrays_batches_in_fedrays_order():

@@ -437,6 +437,8 @@ def page(rows: list[dict]) -> str:
         mine_checks = [r for r in checks if r["paper"] == paper]
         if mine_checks:
             lines += [""] + check_lines(mine_checks)
+            if getattr(adapter, "CHECK_NOTES", None):
+                lines += ["", "What the check leaves apart, and what it does:", ""] + [f"- {n}." for n in adapter.CHECK_NOTES]
         lines += ["", f"Minutes are wall time summed over the seeds, one CPU thread a run, on {first['cpu']}; other "
                   "runs shared the machine's cores at times, so they compare the two sides only roughly.", ""]
     return "\n".join(lines)
