@@ -249,3 +249,14 @@ def test_the_check_feeds_the_codes_scorer_fedrays_privacy_noise():
     theirs = code.predict_proba(probe / gamma)[:, 0] + XI
     assert theirs.std() > 0.05  # the noise leaves scores that rank
     np.testing.assert_allclose(ours.score(probe), theirs, atol=1e-7)
+
+
+def test_what_a_comparison_says_of_the_reproduction_is_shown_only_while_its_code_rules_agree_everywhere():
+    authors = script("authors.compare")
+    text = "under the paper's rules (`fedaux`), and under the code's (fedaux_code, `scorer_dtype: float32`)"
+    row = {"paper": "FedAUX", "method": "fedaux_code", "cause": "", "diff_mean": 0.1, "diff_ci": [-1.0, 1.2]}
+    far = {**row, "diff_mean": 1.5, "diff_ci": [-0.5, 3.5]}  # within its interval, but more than a point
+    check = {**far, "batch_order": "fedray"}  # a check has no verdict of its own
+    assert authors.unsettled(text, [row, {**row, "scene": "b"}, check]) == []
+    assert authors.unsettled(text, [row, far]) == ["fedaux_code"]
+    assert authors.unsettled(text, [{**row, "method": "fedaux"}]) == ["fedaux_code"]  # never run: not settled

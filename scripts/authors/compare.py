@@ -227,6 +227,15 @@ def cause_of(row: dict, rows: Iterable[dict] = ()) -> str:
     return cause
 
 
+def unsettled(text: str, rows: Iterable[dict]) -> list[str]:
+    """The ``_code`` methods that ``text`` names (outside backquotes) without a row that agrees in
+    every scene they were run in: an adapter's SETTLES is shown only where this is empty."""
+    table = [r for r in rows if not is_check(r)]
+    named = dict.fromkeys(re.findall(r"\b\w+_code\w*\b", re.sub(r"`[^`]*`", "", text)))
+    return [m for m in named if not any(r["method"] == m for r in table)
+            or any(r["method"] == m and agreement({**r, "cause": ""}) != "agrees" for r in table)]
+
+
 def drift(check: dict) -> tuple[float, float]:
     """A check's mean gap a round, in points over its seeds and rounds: fedray against the authors'
     code, and the code against itself on torch's portable kernels."""
@@ -392,6 +401,12 @@ def page(rows: list[dict]) -> str:
                   + (" (with local changes)" if any(r["fedray_dirty"] for r in mine) else "")
                   + f". Measure: {first['measure']}. Seeds: each varies the split; a row's are in its n column "
                   "(seeds 0 to n - 1).", ""]
+        settles = getattr(adapter, "SETTLES", "")
+        if settles:
+            missing = unsettled(settles, mine)
+            lines += [f"**What it says of the reproduction.** {settles}." if not missing else
+                      f"**What it says of the reproduction:** not settled yet; {', '.join(missing)} does not agree "
+                      "with the code in every scene.", ""]
         settings = {}  # each setting's values over the rows (a method's own, e.g. local training, differ)
         for r in mine:
             for name, value in r["setup"].items():

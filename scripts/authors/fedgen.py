@@ -86,6 +86,13 @@ UNALIGNED = [
     "the batch order: the code's users read a persistent shuffling loader that drops the last short batch "
     "(`userbase.py`), fedray takes the first 20 batches of a fresh permutation each round"]
 # what is not compared, and why
+# what the comparison says of the reproduction's disagreement with the paper (see fedaux.py's SETTLES)
+SETTLES = (
+    "In the reproduction ([repro_fedgen.md](repro_fedgen.md)) FedGen gains under a point over FedAvg under the "
+    "paper's rules (`fedgen`), about 3 points under the code's. Under what the code computes (fedgen_code) fedray computes "
+    "what the code computes, as it does for FedAvg, FedProx and FedEnsemble, so the difference between the two "
+    "rules is the rules', not a fault of fedray's FedGen. FedDFusion, which the reproduction has below FedAvg, "
+    "is not in the authors' code, and this page cannot check it")
 NOT_COMPARED = [
     "FedDFusion: the authors' repository has no implementation of it",
     "MNIST, the paper's data set: not installed here; both sides run the reproduction's Fashion-MNIST",

@@ -85,6 +85,12 @@ UNALIGNED = [
     "local steps: the code runs max(int(E x batches), 5) + 1 steps (`mrtf.py:120-133`), one more than fedray's E "
     "passes over the client's data, drawing batches from an iterator that reshuffles when it runs out"]
 # what is not compared, and why
+# what the comparison says of the reproduction's disagreement with the paper (see fedaux.py's SETTLES)
+SETTLES = (
+    "In the reproduction ([repro_mrtf.md](repro_mrtf.md)) MrTF under the paper's rules (`mrtf`) is below "
+    "SCAFFOLD on the mean in every scene, and below FedAvg at alpha 1. Under the code's rules (mrtf_code) fedray computes what the code computes in "
+    "every scene, so the gap between the two rules is the rules', not a fault of fedray's MrTF; SCAFFOLD is not "
+    "in the authors' code, and this page cannot check it")
 NOT_COMPARED = [
     "FedProx, FedMMD, SCAFFOLD, FedAvgM and FedAdam: the authors' repository has none of them (its README points to "
     "lxcnju/FedRepo, another code base)",
