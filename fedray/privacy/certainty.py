@@ -49,6 +49,7 @@ from typing import Any, Callable, Optional, Protocol
 import numpy as np
 
 from fedray.privacy.accounting import gaussian_delta, gaussian_epsilon, gaussian_mu
+from fedray.weights import SIMULATION
 
 XI = 1e-8  # xi of eq. 11: keeps every score positive
 
@@ -67,8 +68,9 @@ def normaliser(own: np.ndarray, negatives: np.ndarray, kind: str = "public") -> 
     return largest if kind == "public" else max(float(np.linalg.norm(own, axis=1).max()), largest)
 
 
-def normalised(x: np.ndarray, gamma: float, dtype: str = "float64") -> np.ndarray:
-    """x / gamma, each row clipped to norm at most 1 (in ``dtype``): the feature map of fit and score.
+def normalised(x: np.ndarray, gamma: float, dtype: str = "float64", clip: bool = True) -> np.ndarray:
+    """x / gamma, each row clipped to norm at most 1 (in ``dtype``; ``clip=False``: not clipped): the
+    feature map of fit and score.
 
     Where gamma bounds every row (Alg. 1's gamma_i on D_i u D^-) the clip changes nothing, so the
     paper's map is this one. With the public gamma it is what makes Theorem 1 apply: the map no
@@ -76,6 +78,8 @@ def normalised(x: np.ndarray, gamma: float, dtype: str = "float64") -> np.ndarra
     ``tests/privacy/test_certainty.py``, N = 800: with Alg. 1's gamma_i recomputed on the neighbour,
     one replaced sample of norm 20 moved w* by 15 times 2/(lam N); with the public one, 0.35 of it.)"""
     z = np.asarray(x, dtype=dtype) / np.dtype(dtype).type(gamma)
+    if not clip:
+        return z
     norms = np.linalg.norm(z, axis=1, keepdims=True) if z.ndim == 2 else np.linalg.norm(z)
     return z / np.maximum(norms, 1.0)
 
@@ -177,12 +181,14 @@ def dp_certainty(own: np.ndarray, negatives: np.ndarray, lam: float, eps: float,
     return w + rng.normal(0.0, sigma, size=w.shape), gamma
 
 
-def certainty_scores(w: np.ndarray, gamma: float, features: np.ndarray) -> np.ndarray:
+def certainty_scores(w: np.ndarray, gamma: float, features: np.ndarray, clip: bool = True) -> np.ndarray:
     """s(x) = sigmoid(<w, h_0(x)/gamma>) + xi (eq. 11), float64, one per row of ``features``; h_0(x)/gamma
-    clipped to norm 1 as in the fit (:func:`normalised`). A w one longer than the features carries an
-    intercept last (:func:`fit_certainty`'s ``intercept``)."""
+    clipped to norm 1 as in the fit under the public normaliser (:func:`normalised`), not clipped
+    (``clip=False``) under Alg. 1's gamma_i, whose map has no clip: inputs to be scored may lie beyond
+    gamma_i. A w one longer than the features carries an intercept last (:func:`fit_certainty`'s
+    ``intercept``)."""
     w = np.asarray(w, dtype=np.float64)
-    x = normalised(features, gamma)
+    x = normalised(features, gamma, clip=clip)
     z = x @ w if len(w) == x.shape[1] else x @ w[:-1] + w[-1]
     return _sigmoid(z) + XI
 
@@ -210,13 +216,16 @@ class LogisticScorer:
         w: the noised w_i*, shape (d,), float64; (d + 1,) with the noised intercept last where the
             scorer fits one (the authors' code).
         gamma: the normaliser gamma_i, a 0-d float64 array (an array, so the host can count its bytes).
+        clip: whether the score clips h_0(x)/gamma to norm 1 (the public normaliser) or not (Alg. 1's
+            gamma_i); the server knows it from the config, so it does not travel.
     """
 
     w: np.ndarray
     gamma: np.ndarray
+    clip: bool = dataclasses.field(default=True, metadata=SIMULATION)
 
     def score(self, features: np.ndarray) -> np.ndarray:
-        return certainty_scores(self.w, float(self.gamma), features)
+        return certainty_scores(self.w, float(self.gamma), features, self.clip)
 
     def upload(self) -> "LogisticScorer":
         return self
@@ -309,7 +318,7 @@ def fit_logistic(own, negatives, rng, lam, eps, delta, regularization: str = "pa
     what it spends: :func:`privacy_spent`)."""
     w, gamma = dp_certainty(own, negatives, lam, eps, delta, rng, regularization=regularization, kind=normaliser,
                             intercept=intercept, tol=tol, dtype=dtype)
-    return LogisticScorer(w, np.asarray(gamma, dtype=np.float64))
+    return LogisticScorer(w, np.asarray(gamma, dtype=np.float64), clip=normaliser != "paper")
 
 
 def fit_kde(own, negatives, rng, lam, eps, delta) -> KDEScorer:

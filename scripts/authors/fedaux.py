@@ -429,6 +429,59 @@ def inside(checkout: Path, setup: Path, method: str, out: Path, batch_order: str
         "prep_s": float(results["prep_time"][0]), "wall_s": wall}))
 
 
+def scorer_spread(setup: Path, clients: int = 4, seed: int = 0) -> list[dict]:
+    """How far the code's certainty scorer (``fl_devices.py:84-113``: float32 features over gamma_i,
+    labels own 0 / public 1, sklearn's ``LogisticRegression(C=1/lambda)`` at its default tol, the
+    probability of class 0) moves its scores on D_distill, without noise, for the first ``clients``
+    clients of an exported seed (``setup``): from the optimum; a float64 and a float32 fit of fedray's
+    (``fedray.privacy.fit_certainty``) at the same tol; the code on its rows in another order
+    (``seed``'s permutation); and on the features computed in the code's batches (32 own, 128
+    public) in that order. Each entry: the largest score difference over D_distill."""
+    import torch
+    from sklearn.linear_model import LogisticRegression
+
+    from fedray.models import model_builder
+    from fedray.privacy.certainty import certainty_scores, fit_certainty
+
+    meta = json.loads((setup / "setup.json").read_text())
+    d = torch.load(setup / "data.pt")
+    lam = meta["hp"]["fedaux_code"]["lambda_reg_score"]
+    model = model_builder({meta["arch"]: meta["model_options"]}, tuple(meta["input_shape"]), meta["num_classes"])(meta["arch"])
+    model.load_state_dict(torch.load(setup / PRETRAINED))
+    model.eval()
+    rng = np.random.default_rng(seed)
+
+    def code(own, negatives, distill):
+        x = np.concatenate([own, negatives])
+        gamma = np.linalg.norm(x, axis=1).max()
+        fit = LogisticRegression(C=1 / lam, max_iter=1000).fit(x / gamma, np.r_[np.zeros(len(own)), np.ones(len(negatives))])
+        return fit.predict_proba(distill / gamma)[:, 0]
+
+    def ours(own, negatives, distill, tol, dtype):
+        w, gamma = fit_certainty(own, negatives, lam, None, tol, "code", "paper", True, dtype)
+        return certainty_scores(w, gamma, distill, clip=False)  # Alg. 14's gamma_i: no clip, as the code
+
+    out = []
+    with torch.no_grad():
+        negatives, distill = model.features(d["negatives_x"]).numpy(), model.features(d["distill_x"]).numpy()
+        for c in range(clients):
+            idx = d["clients"][c]
+            own = model.features(d["train_x"][idx]).numpy()
+            theirs = code(own, negatives, distill)
+            p, q = rng.permutation(len(own)), rng.permutation(len(negatives))
+            batched_own = torch.cat([model.features(d["train_x"][idx[p[i:i + 32]]]) for i in range(0, len(p), 32)])
+            batched_neg = torch.cat([model.features(d["negatives_x"][q[i:i + 128]]) for i in range(0, len(q), 128)])
+            apart = lambda s: float(np.abs(s - theirs).max())  # noqa: E731
+            out.append({"client": c, "size": len(own),
+                        "optimum": apart(ours(own, negatives, distill, 1e-12, "float64")),
+                        "fedray_float64": apart(ours(own, negatives, distill, 1e-4, "float64")),
+                        "fedray_float32": apart(ours(own, negatives, distill, 1e-4, "float32")),
+                        "rows_reordered": apart(code(own[p], negatives[q], distill)),
+                        "features_batched": apart(code(batched_own.numpy(), batched_neg.numpy(), distill)),
+                        "features_apart": float(np.abs(batched_own.numpy() - own[p]).max())})
+    return out
+
+
 def _measure(values: list[float], primary: str) -> float:
     """repro_fedaux's primary measure (scripts/repro/claims.py's for this family) of per-round accuracies, in %."""
     from scripts.repro import pages
@@ -501,3 +554,14 @@ class Paper:
 
     def scene_text(self, rate: float) -> str:
         return f"alpha 0.01, C = {rate:g}"
+
+
+if __name__ == "__main__":  # python scripts/authors/fedaux.py scorer-spread <work>/setup/0.4-seed0
+    sys.path[:0] = [str(ROOT)]
+    parser = argparse.ArgumentParser(description=scorer_spread.__doc__.split("\n\n")[0])
+    parser.add_argument("what", choices=["scorer-spread"])
+    parser.add_argument("setup", type=Path, help="a seed's folder that compare.py exported (<work>/setup/<scene>-seed<n>)")
+    parser.add_argument("--clients", type=int, default=4)
+    args = parser.parse_args()
+    for entry in scorer_spread(args.setup, args.clients):
+        print(json.dumps(entry))

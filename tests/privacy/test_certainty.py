@@ -75,6 +75,20 @@ def test_certainty_scores_by_hand():
                                    1 / (1 + math.exp(-1.2)) + XI], rtol=1e-12)
     assert s.dtype == np.float64
     assert certainty_scores(np.array([-1e4]), 1.0, np.array([[1.0]]))[0] == XI  # positive even where sigmoid = 0
+    # Alg. 1's map has no clip: (3, 4) stays (3, 4), so its score is sigmoid(6)
+    unclipped = certainty_scores(np.array([2.0, 0.0]), 2.0, np.array([[1.0, 0.5], [6.0, 8.0]]), clip=False)
+    np.testing.assert_allclose(unclipped, [1 / (1 + math.exp(-1)) + XI, 1 / (1 + math.exp(-6)) + XI], rtol=1e-12)
+
+
+def test_the_scorer_clips_under_the_public_normaliser_only():
+    rng = np.random.default_rng(8)
+    own, negatives = rng.normal(0.5, 1.0, size=(30, 4)), rng.normal(0.0, 1.0, size=(50, 4))
+    far = 10 * rng.normal(size=(20, 4))  # beyond either gamma
+    for kind, clip in (("public", True), ("paper", False)):
+        scorer = SCORERS["logistic"](own, negatives, np.random.default_rng(1), 0.1, math.inf, 1e-5, "code", kind)
+        assert scorer.clip is clip
+        np.testing.assert_array_equal(scorer.score(far), certainty_scores(scorer.w, float(scorer.gamma), far, clip))
+        assert np.abs(scorer.score(far) - certainty_scores(scorer.w, float(scorer.gamma), far, not clip)).max() > 1e-3
 
 
 # -- J (eq. 9) ------------------------------------------------------------------------------------------
@@ -301,8 +315,8 @@ def test_the_logistic_upload_is_w_and_gamma_only():
     own, negatives = rng.normal(size=(20, 8)), rng.normal(size=(30, 8))
     upload = SCORERS["logistic"](own, negatives, rng, 0.1, 0.1, 1e-5).upload()
     assert isinstance(upload, LogisticScorer)
-    assert [f.name for f in dataclasses.fields(upload)] == ["w", "gamma"]
-    assert nbytes(upload) == 8 * 8 + 8
+    assert [f.name for f in dataclasses.fields(upload)] == ["w", "gamma", "clip"]
+    assert nbytes(upload) == 8 * 8 + 8  # clip is the config's, and does not travel
     assert float(upload.gamma) == normaliser(own, negatives)
     with pytest.raises(dataclasses.FrozenInstanceError):
         upload.w = np.zeros(8)
