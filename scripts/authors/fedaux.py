@@ -112,13 +112,14 @@ SETTLES = (
 # what the check with fedray's batches (``--batch-order fedray``) leaves apart, and what that does
 CHECK_NOTES = [
     "FedAUX's scorer stops short of its optimum: at sklearn's tol 1e-4 L-BFGS ends 0.03 to 0.06 away from it in "
-    "score (seed 0, C = 0.4, clients 0 to 2), at a point that float rounding moves. On the same float32 rows a "
-    "float32 fit of fedray's lands where the code's does (scores 2e-7 apart; a float64 fit's are up to 0.07 "
-    "apart, hence `scorer_dtype: float32`), but the code fits on rows in its shuffled loader's order, their "
-    "features computed in batches of 32 and 128, and fedray on its rows in index order, computed at once: "
-    "the same features to 5e-6, and on those alone the code's own fit moves its scores by up to 0.11 (clients 0 "
-    "to 3). So fedaux_code's two sides part from round 1, by 0.05 to 0.06 points on average, where the control "
-    "parts by 0.02 to 0.03; over the run they stay no further apart than the control"]
+    "score, at a point that float rounding moves (seed 0 at C = 0.4, clients 0 to 3: `python "
+    "scripts/authors/fedaux.py scorer-spread <work>/setup/0.4-seed0`). On the same float32 rows fedray's fit lands "
+    "where the code's does (scores 3e-7 apart; a float64 fit's are up to 0.07 apart, hence `scorer_dtype: "
+    "float32`). But the code fits on its rows in its shuffled loader's order, their features computed in batches "
+    "of 32 and 128, and fedray on its rows in index order, computed at once: the same features to 5e-6, and on "
+    "those alone the code's own fit moves its scores by up to 0.11. So fedaux_code's two sides part from round 1 "
+    "(by 0.06 points on average, where the control parts by 0.02 to 0.03), and over the run by about as much a "
+    "round as the control (the table above)"]
 # what is not compared, and why
 NOT_COMPARED = [
     "FedBE and FedBE+P: the authors' repository has no implementation of them",
